@@ -1,0 +1,18 @@
+"""Contracts shared by the CDK constructs and the serving image (standard library only)."""
+
+from peagle_contract.request_log import EVENT_NAME, METRIC_FIELDS, MetricField, format_line, parse_line
+from peagle_contract.serving import (
+    DRAFTER_CHANNEL,
+    DRAFTER_MODEL_DIR,
+    TARGET_MODEL_DIR,
+    ServingConfig,
+    ServingConfigError,
+    check_environment,
+    environment_to_argv,
+)
+
+__all__ = [
+    "DRAFTER_CHANNEL", "DRAFTER_MODEL_DIR", "EVENT_NAME", "METRIC_FIELDS", "MetricField", "ServingConfig",
+    "ServingConfigError", "TARGET_MODEL_DIR", "check_environment", "environment_to_argv", "format_line",
+    "parse_line",
+]

@@ -1,0 +1,1 @@
+"""Developer tooling run by the Makefile: local deploy, stack diffs, local serving, the demo."""
