@@ -1,0 +1,97 @@
+"""The serving contract's own rules: rendering by the DLC rule and the limits both sides share."""
+
+import json
+
+import pytest
+
+from peagle_contract.serving import (
+    DRAFTER_MODEL_DIR,
+    TARGET_MODEL_DIR,
+    ServingConfig,
+    ServingConfigError,
+    check_environment,
+    environment_to_argv,
+    parse_speculative_config,
+)
+
+S3 = dict(target_model="s3://weights-bucket/gpt-oss-20b/", drafter_model="s3://weights-bucket/gpt-oss-20b-peagle/")
+
+
+def test_renders_peagle_environment_by_the_dlc_rule():
+    env = ServingConfig(**S3, num_speculative_tokens=5, extra_args={"enable_prefix_caching": True,
+                                                                     "disable_log_stats": False}).to_environment()
+    assert env["SM_VLLM_MODEL"] == TARGET_MODEL_DIR
+    spec = json.loads(env["SM_VLLM_SPECULATIVE_CONFIG"])
+    assert spec == {"method": "eagle3", "model": DRAFTER_MODEL_DIR, "num_speculative_tokens": 5,
+                    "parallel_drafting": True}
+    assert "\n" not in env["SM_VLLM_SPECULATIVE_CONFIG"] and " " not in env["SM_VLLM_SPECULATIVE_CONFIG"]
+    assert env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    argv = environment_to_argv(env)
+    assert "--enable-prefix-caching" in argv  # true -> bare flag
+    assert "--disable-log-stats" not in argv  # false -> dropped
+    assert argv[argv.index("--max-model-len") + 1] == "8192"
+    assert not any(a.startswith("--use-v2") for a in argv)  # plain variables are not vLLM flags
+
+
+def test_hub_ids_pass_through_and_are_not_s3():
+    config = ServingConfig(target_model="openai/gpt-oss-20b", drafter_model="amazon/gpt-oss-20b-p-eagle")
+    assert not config.weights_in_s3
+    env = config.to_environment()
+    assert env["SM_VLLM_MODEL"] == "openai/gpt-oss-20b"
+    assert json.loads(env["SM_VLLM_SPECULATIVE_CONFIG"])["model"] == "amazon/gpt-oss-20b-p-eagle"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "allowed"),
+    [
+        ({"num_speculative_tokens": 0}, "num_speculative_tokens", "1..32"),
+        ({"num_speculative_tokens": 33}, "num_speculative_tokens", "1..32"),
+        ({"num_speculative_tokens": True}, "num_speculative_tokens", "1..32"),
+        ({"parallel_drafting": False}, "parallel_drafting", "must be true"),
+        ({"tensor_parallel_size": 3}, "tensor_parallel_size", "(1, 2, 4, 8)"),
+        ({"max_model_len": 10}, "max_model_len", "256.."),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization", "0.1..0.98"),
+        ({"dtype": "int3"}, "dtype", "bfloat16"),
+        ({"target_model": ""}, "target_model", "S3 prefix"),
+        ({"drafter_model": "http://example.com/x"}, "drafter_model", "S3 prefix"),
+        ({"extra_args": {"api_key": "secret"}}, "extra_args['api_key']", "Authorization"),
+        ({"extra_args": {"max_model_len": 4}}, "extra_args['max_model_len']", "ServingConfig field"),
+        ({"extra_args": {"Bad-Name": 1}}, "extra_args['Bad-Name']", "snake_case"),
+        ({"extra_args": {"chat_template": "a\nb"}}, "extra_args['chat_template']", "single line"),
+    ],
+)
+def test_bad_settings_name_the_field_and_what_is_allowed(overrides, field, allowed):
+    with pytest.raises(ServingConfigError) as err:
+        ServingConfig(**{**S3, **overrides})
+    assert err.value.field_name == field
+    assert allowed in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('{"method":"eagle3",', "SM_VLLM_SPECULATIVE_CONFIG"),
+        ("[1,2]", "SM_VLLM_SPECULATIVE_CONFIG"),
+        ('{"method":"draft_model","model":"/d","num_speculative_tokens":3,"parallel_drafting":true}',
+         "SM_VLLM_SPECULATIVE_CONFIG.method"),
+        ('{"method":"eagle3","model":"/d","num_speculative_tokens":3}', "SM_VLLM_SPECULATIVE_CONFIG.parallel_drafting"),
+        ('{"method":"eagle3","model":"/d","num_speculative_tokens":64,"parallel_drafting":true}',
+         "SM_VLLM_SPECULATIVE_CONFIG.num_speculative_tokens"),
+        ('{"method":"eagle3","num_speculative_tokens":4,"parallel_drafting":true}', "SM_VLLM_SPECULATIVE_CONFIG.model"),
+    ],
+)
+def test_speculative_config_checks(raw, field):
+    with pytest.raises(ServingConfigError) as err:
+        parse_speculative_config(raw)
+    assert err.value.field_name == field
+
+
+def test_environment_checks_refuse_api_key_and_multiline_values():
+    good = ServingConfig(**S3).to_environment()
+    assert check_environment(good)["num_speculative_tokens"] == 7
+    with pytest.raises(ServingConfigError, match="SM_VLLM_API_KEY"):
+        check_environment({**good, "SM_VLLM_API_KEY": "x"})
+    with pytest.raises(ServingConfigError, match="single line"):
+        check_environment({**good, "SM_VLLM_CHAT_TEMPLATE": "{{a}}\n{{b}}"})
+    with pytest.raises(ServingConfigError, match="is required"):
+        check_environment({"SM_VLLM_MODEL": "/opt/ml/model"})
