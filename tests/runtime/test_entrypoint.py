@@ -1,0 +1,165 @@
+"""The entrypoint: SM_VLLM_* -> vLLM's own argument parser, and every refusal before vLLM starts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from peagle_contract.serving import ServingConfig
+
+from peagle_runtime import entrypoint
+from peagle_runtime.entrypoint import EntrypointError, build_command
+from tools import model_layout
+
+
+@pytest.fixture(scope="module")
+def vllm_parser():
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    return make_arg_parser(FlexibleArgumentParser(description="test"))
+
+
+def _parse(parser, cmd: list[str]):
+    from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
+
+    assert cmd[1:3] == ["-m", entrypoint.SERVER_MODULE]
+    args = parser.parse_args(cmd[3:])
+    validate_parsed_serve_args(args)
+    return args
+
+
+def _env_for(tiny_pair, **kw) -> dict[str, str]:
+    cfg = ServingConfig(target_model="s3://bucket/models/target/", drafter_model="s3://bucket/models/drafter/", **kw)
+    return cfg.to_environment(target_dir=str(tiny_pair.target), drafter_dir=str(tiny_pair.drafter))
+
+
+CONFIGS = [
+    {},
+    {"num_speculative_tokens": 1, "tensor_parallel_size": 2, "max_model_len": 4096, "dtype": "bfloat16"},
+    {"num_speculative_tokens": 32, "max_num_seqs": 8, "gpu_memory_utilization": 0.5,
+     "served_model_name": "org/model-a", "extra_args": {"enable_prefix_caching": True, "block_size": 32}},
+]
+
+
+@pytest.mark.parametrize("kw", CONFIGS, ids=["defaults", "tp2-bf16", "k32-extras"])
+def test_round_trip_through_vllm_parser(vllm_parser, tiny_pair, kw):
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    cfg = ServingConfig(target_model="s3://bucket/models/target/", drafter_model="s3://bucket/models/drafter/", **kw)
+    env = cfg.to_environment(target_dir=str(tiny_pair.target), drafter_dir=str(tiny_pair.drafter))
+    cmd, child_env = build_command(env)
+    args = _parse(vllm_parser, cmd)
+    engine = AsyncEngineArgs.from_cli_args(args)
+
+    assert engine.model == str(tiny_pair.target)
+    expected_spec = cfg.speculative_config(drafter_dir=str(tiny_pair.drafter))
+    assert engine.speculative_config == expected_spec
+    assert engine.tensor_parallel_size == cfg.tensor_parallel_size
+    assert engine.max_model_len == cfg.max_model_len
+    assert engine.max_num_seqs == cfg.max_num_seqs
+    assert engine.gpu_memory_utilization == pytest.approx(cfg.gpu_memory_utilization)
+    assert engine.dtype == cfg.dtype
+    if cfg.served_model_name:
+        assert args.served_model_name == [cfg.served_model_name]
+    for key, value in cfg.extra_args.items():
+        assert getattr(engine, key) == value
+    assert (args.host, args.port) == ("0.0.0.0", 8080)
+    assert args.middleware == [entrypoint.MIDDLEWARE]
+    assert engine.per_request_spec_decode_metrics == "summary"
+    assert 0 < engine.shutdown_timeout < 30  # streams drain before SageMaker's SIGKILL
+    assert child_env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+
+
+def test_serve_argument_and_local_listener(tiny_pair, vllm_parser):
+    env = {**_env_for(tiny_pair), "PEAGLE_HOST": "127.0.0.1", "PEAGLE_PORT": "18123"}
+    cmd, _ = build_command(env, ["--enforce-eager"])
+    args = _parse(vllm_parser, cmd)
+    assert (args.host, args.port, args.enforce_eager) == ("127.0.0.1", 18123, True)
+
+
+def test_model_defaults_to_sagemaker_dir_when_it_holds_files(tiny_pair, tmp_path, vllm_parser):
+    env = _env_for(tiny_pair)
+    del env["SM_VLLM_MODEL"]
+    model_dir = tmp_path / "opt-ml-model"
+    model_dir.mkdir()
+    with pytest.raises(EntrypointError, match="SM_VLLM_MODEL: not set"):
+        build_command(env, model_dir=model_dir)
+    shutil.copytree(tiny_pair.target, model_dir, dirs_exist_ok=True)
+    cmd, _ = build_command(env, model_dir=model_dir)
+    assert _parse(vllm_parser, cmd).model == str(model_dir)
+
+
+def _broken_drafter(tiny_pair, tmp_path, *, drop_mask_hidden=False, drop_token=False):
+    import torch
+    from safetensors.torch import load_file
+
+    cfg = json.loads((tiny_pair.drafter / "config.json").read_text())
+    weights = load_file(str(tiny_pair.drafter / "model.safetensors"))
+    if drop_token:
+        del cfg[model_layout.MASK_TOKEN_KEY]
+    if drop_mask_hidden:
+        del weights[model_layout.MASK_HIDDEN_KEY]
+        from safetensors.torch import save_file
+
+        out = tmp_path / "drafter"
+        out.mkdir()
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(out / "model.safetensors"))
+        (out / "config.json").write_text(json.dumps(cfg))
+        return out
+    assert isinstance(weights[model_layout.MASK_HIDDEN_KEY], torch.Tensor)
+    return model_layout.write_drafter(tmp_path / "drafter", config=cfg, weights=weights)
+
+
+def _with_spec(env: dict[str, str], spec: dict | str) -> dict[str, str]:
+    return {**env, "SM_VLLM_SPECULATIVE_CONFIG": spec if isinstance(spec, str) else json.dumps(spec)}
+
+
+def _spec(tiny_pair, **over) -> dict:
+    return {**tiny_pair.speculative_config(k=4), **over}
+
+
+REFUSALS = [
+    ("invalid-json", lambda p, t: _with_spec(_env_for(p), '{"method": "eagle3",'), "not valid JSON"),
+    ("method-draft-model", lambda p, t: _with_spec(_env_for(p), _spec(p, method="draft_model")), ".method"),
+    ("sequential-eagle3", lambda p, t: _with_spec(_env_for(p), _spec(p, parallel_drafting=False)), ".parallel_drafting"),
+    ("k-zero", lambda p, t: _with_spec(_env_for(p), _spec(p, num_speculative_tokens=0)), "1..32"),
+    ("k-33", lambda p, t: _with_spec(_env_for(p), _spec(p, num_speculative_tokens=33)), "1..32"),
+    ("no-mask-hidden", lambda p, t: _with_spec(_env_for(p), _spec(p, model=str(_broken_drafter(p, t, drop_mask_hidden=True)))),
+     "no 'mask_hidden' tensor"),
+    ("no-mask-token", lambda p, t: _with_spec(_env_for(p), _spec(p, model=str(_broken_drafter(p, t, drop_token=True)))),
+     "names no mask-token id"),
+    ("missing-drafter-dir", lambda p, t: _with_spec(_env_for(p), _spec(p, model=str(t / "nowhere"))), "does not exist"),
+    ("api-key", lambda p, t: {**_env_for(p), "SM_VLLM_API_KEY": "secret"}, "SM_VLLM_API_KEY: not allowed"),
+    ("multi-line", lambda p, t: {**_env_for(p), "SM_VLLM_MAX_MODEL_LEN": "512\n--api-key x"}, "single line"),
+    ("port-override", lambda p, t: {**_env_for(p), "SM_VLLM_PORT": "9000"}, "SM_VLLM_PORT: not allowed"),
+    ("no-spec", lambda p, t: {k: v for k, v in _env_for(p).items() if k != "SM_VLLM_SPECULATIVE_CONFIG"}, "is required"),
+]
+
+
+@pytest.mark.parametrize("name,make_env,message", REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_refuses_before_vllm_starts(tiny_pair, tmp_path, name, make_env, message):
+    with pytest.raises(EntrypointError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        build_command(make_env(tiny_pair, tmp_path))
+
+
+def test_refuses_api_key_argument(tiny_pair):
+    with pytest.raises(EntrypointError, match="--api-key"):
+        build_command(_env_for(tiny_pair), ["--api-key", "x"])
+
+
+def test_console_script_exits_2_with_one_clear_line(tiny_pair, tmp_path):
+    """The real process: a bad config ends it with status 2 and a message, without importing vLLM."""
+    env = {"PATH": "/usr/bin:/bin", **_with_spec(_env_for(tiny_pair), _spec(tiny_pair, num_speculative_tokens=40))}
+    script = f"import sys, peagle_runtime.entrypoint as e; assert 'vllm' not in sys.modules; sys.exit(e.main(['serve']))"
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "SM_VLLM_SPECULATIVE_CONFIG.num_speculative_tokens: got 40; allowed: an integer in 1..32" in done.stderr
+    assert "Traceback" not in done.stderr
+    peagle_serve = shutil.which("peagle-serve", path=str(__import__("pathlib").Path(sys.executable).parent))
+    assert peagle_serve, "the peagle-serve console script is installed"
+    done = subprocess.run([peagle_serve, "serve"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "peagle-serve: error:" in done.stderr

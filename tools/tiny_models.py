@@ -1,0 +1,134 @@
+"""A tiny, seeded target + P-EAGLE drafter pair, built offline in seconds, cached by content hash.
+
+    from tools.tiny_models import build
+    paths = build()            # -> TinyPair(root, target, drafter, mask_token_id)
+    paths.target               # Path: a 4-layer hidden-128 Llama with its byte-level BPE tokenizer
+    paths.drafter              # Path: an EAGLE-3 head with mask_hidden and ptd_token_id (tools.model_layout)
+    paths.speculative_config(k=4)  # dict for vLLM's --speculative-config
+
+The weights are random (seeded), so the drafter's guesses are rarely accepted: the pair proves the
+serving path and greedy parity, not speed. The cache key hashes this recipe and tools/model_layout.py,
+so changing either rebuilds; ``build(out_dir=...)`` writes to a fresh folder instead of the cache.
+Command line: ``python -m tools.tiny_models [--out DIR]`` prints the paths as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tools import model_layout as layout
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CACHE_DIR = REPO_ROOT / ".cache" / "models"
+SEED = 1234
+VOCAB_SIZE = 512
+TARGET = layout.TargetSpec(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=256,
+                           initializer_range=0.2)
+DRAFTER = layout.DrafterSpec(hidden_size=128, num_heads=4, num_kv_heads=2, intermediate_size=256)
+
+# Enough varied text for BPE to learn merges; the model never sees it (weights are random).
+CORPUS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "SageMaker endpoints serve large language models behind an HTTPS API.",
+    "Speculative decoding drafts several tokens and the target model verifies them in one pass.",
+    "P-EAGLE predicts all draft tokens at once using a mask token and a shared hidden state.",
+    "def add(a, b):\n    return a + b\n",
+    "for i in range(10): print(i * i)",
+    "Once upon a time there was a small model that wanted to be fast.",
+    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 100 1000 3.14159 2.71828",
+    "Questions? Answers! Lists; colons: quotes \"like this\" and 'that'.",
+    "Paris is the capital of France. Berlin is the capital of Germany.",
+    "user assistant system <|user|> <|assistant|>",
+) * 4
+
+
+@dataclass(frozen=True)
+class TinyPair:
+    root: Path
+    target: Path
+    drafter: Path
+    mask_token_id: int
+
+    def speculative_config(self, k: int = 4) -> dict:
+        return layout.speculative_config(self.drafter, num_speculative_tokens=k)
+
+
+def recipe_hash() -> str:
+    h = hashlib.sha256()
+    recipe = {"seed": SEED, "vocab": VOCAB_SIZE, "target": asdict(TARGET),
+              "drafter": {k: v for k, v in asdict(DRAFTER).items() if k != "extra"}, "corpus": CORPUS}
+    h.update(json.dumps(recipe, sort_keys=True, default=str).encode())
+    h.update(Path(layout.__file__).read_bytes())
+    h.update(Path(__file__).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _write(root: Path) -> TinyPair:
+    tok = layout.write_tokenizer(root / "tokenizer", corpus=CORPUS, vocab_size=VOCAB_SIZE)
+    target_dir = layout.write_target(root / "target", tokenizer=tok, spec=TARGET, seed=SEED)
+    target_cfg = json.loads((target_dir / "config.json").read_text())
+    mask_id = layout.mask_token_id(tok)
+    cfg = layout.drafter_config(target=target_cfg, spec=DRAFTER, mask_token=mask_id)
+    weights = layout.random_drafter_weights(cfg, seed=SEED + 1)
+    drafter_dir = layout.write_drafter(root / "drafter", config=cfg, weights=weights, tokenizer=tok)
+    shutil.rmtree(root / "tokenizer")
+    pair = TinyPair(root=root, target=target_dir, drafter=drafter_dir, mask_token_id=mask_id)
+    (root / "pair.json").write_text(json.dumps({"target": "target", "drafter": "drafter", "mask_token_id": mask_id}))
+    return pair
+
+
+def _read(root: Path) -> TinyPair | None:
+    meta = root / "pair.json"
+    if not meta.is_file():
+        return None
+    info = json.loads(meta.read_text())
+    return TinyPair(root=root, target=root / info["target"], drafter=root / info["drafter"],
+                    mask_token_id=int(info["mask_token_id"]))
+
+
+def build(out_dir: str | Path | None = None) -> TinyPair:
+    """Return the tiny pair; build it (a few seconds) unless the cache already holds this recipe."""
+    if out_dir is not None:
+        return _write(Path(out_dir))
+    root = CACHE_DIR / f"tiny-{recipe_hash()}"
+    cached = _read(root)
+    if cached is not None:
+        return cached
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    # Build beside the cache and rename into place, so concurrent builders never see half a pair.
+    tmp = Path(tempfile.mkdtemp(prefix="tiny-build-", dir=CACHE_DIR))
+    try:
+        _write(tmp)
+        try:
+            os.rename(tmp, root)
+        except OSError:  # another process won the race: use its copy
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    pair = _read(root)
+    assert pair is not None
+    return pair
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="write here instead of the content-addressed cache")
+    args = parser.parse_args(argv)
+    pair = build(args.out)
+    print(json.dumps({"target": str(pair.target), "drafter": str(pair.drafter),
+                      "mask_token_id": pair.mask_token_id,
+                      "speculative_config": pair.speculative_config()}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
