@@ -46,9 +46,6 @@ _SPEC_METRICS_FLAG = "per_request_spec_decode_metrics"
 # SageMaker sends SIGTERM and SIGKILLs 30 s later. vLLM's default (0) aborts in-flight requests by killing
 # the engine, which leaves open streams hanging; a grace period lets them finish (or end aborted) first.
 SHUTDOWN_GRACE_S = 20
-# SageMaker sends SIGTERM and SIGKILLs 30 s later. vLLM's default (0) aborts in-flight requests by killing
-# the engine, which leaves open streams hanging; a grace period lets them finish (or end aborted) first.
-SHUTDOWN_GRACE_S = 20
 
 
 class EntrypointError(ValueError):

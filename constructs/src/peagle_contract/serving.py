@@ -142,8 +142,8 @@ class ServingConfig:
         return is_s3_uri(self.target_model) and is_s3_uri(self.drafter_model)
 
     # -- rendering ----------------------------------------------------------------------------------
-    def speculative_config(self) -> dict:
-        drafter = DRAFTER_MODEL_DIR if is_s3_uri(self.drafter_model) else self.drafter_model
+    def speculative_config(self, *, drafter_dir: str = DRAFTER_MODEL_DIR) -> dict:
+        drafter = drafter_dir if is_s3_uri(self.drafter_model) else self.drafter_model
         return {
             "method": SPEC_METHOD,
             "model": drafter,
@@ -151,12 +151,20 @@ class ServingConfig:
             "parallel_drafting": self.parallel_drafting,
         }
 
-    def to_environment(self) -> dict[str, str]:
-        """The container environment, by the DLC rule (``SM_VLLM_X_Y`` -> ``--x-y``)."""
-        target = TARGET_MODEL_DIR if is_s3_uri(self.target_model) else self.target_model
+    def to_environment(
+        self, *, target_dir: str = TARGET_MODEL_DIR, drafter_dir: str = DRAFTER_MODEL_DIR
+    ) -> dict[str, str]:
+        """The container environment, by the DLC rule (``SM_VLLM_X_Y`` -> ``--x-y``).
+
+        ``target_dir`` / ``drafter_dir`` say where S3 weights appear in the container; the defaults are the
+        primary ModelDataSource and the ``drafter`` channel. CloudFormation's AWS::SageMaker::Model has no
+        AdditionalModelDataSources, so the CDK constructs deliver both models through one ModelDataSource
+        and pass the two sub-folders of /opt/ml/model here.
+        """
+        target = target_dir if is_s3_uri(self.target_model) else self.target_model
         args: dict[str, str | int | float | bool] = {
             "model": target,
-            "speculative_config": minified_json(self.speculative_config()),
+            "speculative_config": minified_json(self.speculative_config(drafter_dir=drafter_dir)),
             "tensor_parallel_size": self.tensor_parallel_size,
             "max_model_len": self.max_model_len,
             "max_num_seqs": self.max_num_seqs,
