@@ -12,7 +12,7 @@ ENV ?= dev
 TARGET ?= local
 BASE ?= origin/main
 
-.PHONY: setup synth test diff deploy destroy serve invoke demo models demo-models bench bench-synth bench-cpu bench-kernel lint clean
+.PHONY: setup synth test diff deploy destroy serve invoke demo models demo-models bench bench-synth bench-cpu bench-kernel bench-kernel-smoke clean
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -67,12 +67,15 @@ bench-synth: setup
 bench-cpu: setup
 	$(PY) bench/cpu_spec.py
 
-# GPU only (an H200 machine): torch + triton, no vLLM needed.
+# GPU only (an H200 machine): torch + triton, no vLLM needed. Results in bench/results/.
 bench-kernel:
 	python3 bench/kernel.py
+	python3 bench/drafter_vs_k.py
 
-lint: setup
-	$(PY) -m cfnlint --version
+# The same two benchmarks on this CPU with tiny shapes (Triton interpreted): a smoke test, not figures.
+bench-kernel-smoke: setup
+	$(PY) bench/kernel.py --smoke
+	$(PY) bench/drafter_vs_k.py --smoke
 
 clean:
 	rm -rf cdk.out .pytest_cache
