@@ -1,0 +1,25 @@
+"""CDK constructs for serving P-EAGLE (parallel speculative decoding with vLLM) on Amazon SageMaker.
+
+Most users take :class:`PEagleEndpoint`; each piece it is built from is usable alone.
+"""
+
+from peagle_contract.serving import ServingConfig, ServingConfigError
+
+from peagle_constructs.autoscaling import EndpointAutoscaling, ScalingMetric
+from peagle_constructs.deployment import DeploymentPolicy
+from peagle_constructs.endpoint import PEagleInferenceEndpoint
+from peagle_constructs.endpoint_config import PEagleEndpointConfig
+from peagle_constructs.errors import ConfigError
+from peagle_constructs.image import ContainerImage
+from peagle_constructs.instance_types import GPU_FAMILIES, InstanceType
+from peagle_constructs.model import PEagleModel
+from peagle_constructs.monitoring import AlarmThresholds, EndpointMonitoring
+from peagle_constructs.peagle_endpoint import AutoscalingOptions, PEagleEndpoint
+from peagle_constructs.security import NAG_PACKS, add_nag_packs
+
+__all__ = [
+    "AlarmThresholds", "AutoscalingOptions", "ConfigError", "ContainerImage", "DeploymentPolicy",
+    "EndpointAutoscaling", "EndpointMonitoring", "GPU_FAMILIES", "InstanceType", "NAG_PACKS", "PEagleEndpoint",
+    "PEagleEndpointConfig", "PEagleInferenceEndpoint", "PEagleModel", "ScalingMetric", "ServingConfig",
+    "ServingConfigError", "add_nag_packs",
+]

@@ -1,0 +1,118 @@
+"""The SageMaker EndpointConfig: one GPU production variant with LLM-sized timeouts."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from peagle_constructs import security
+from peagle_constructs.errors import ConfigError, check_int_range
+from peagle_constructs.instance_types import InstanceType
+from peagle_constructs.model import PEagleModel
+
+TIMEOUT_MIN_S, TIMEOUT_MAX_S = 60, 3600
+# A 20B-120B model needs minutes to copy from S3 and minutes more to load and warm up; SageMaker's
+# 4-minute startup default would fail the first deploy.
+DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT = Duration.minutes(30)
+DEFAULT_MODEL_DATA_DOWNLOAD_TIMEOUT = Duration.minutes(30)
+INFERENCE_AMI_VERSIONS = (
+    "al2-ami-sagemaker-inference-gpu-2",
+    "al2-ami-sagemaker-inference-gpu-2-1",
+    "al2-ami-sagemaker-inference-gpu-3-1",
+    "al2023-ami-sagemaker-inference-gpu-4-1",
+)
+# Recent vLLM wheels are built on CUDA 12.8+; the newest GPU AMI carries a driver that runs them.
+DEFAULT_INFERENCE_AMI_VERSION = "al2023-ami-sagemaker-inference-gpu-4-1"
+ROUTING_STRATEGIES = ("LEAST_OUTSTANDING_REQUESTS", "RANDOM")
+DEFAULT_VARIANT_NAME = "AllTraffic"
+
+
+def _seconds(value: Duration, field_name: str) -> int:
+    if not isinstance(value, Duration):
+        raise ConfigError(field_name, f"got {value!r}; allowed: an aws_cdk.Duration of {TIMEOUT_MIN_S}..{TIMEOUT_MAX_S} s")
+    seconds = value.to_seconds()
+    if not TIMEOUT_MIN_S <= seconds <= TIMEOUT_MAX_S:
+        raise ConfigError(field_name, f"got {seconds} s; allowed: {TIMEOUT_MIN_S}..{TIMEOUT_MAX_S} s")
+    return int(seconds)
+
+
+class PEagleEndpointConfig(Construct):
+    """One production variant of ``model`` on ``instance_type``; no physical name (replaced on change).
+
+    ``encryption_key`` encrypts the ML storage volume; SageMaker refuses a key on instance families with local
+    NVMe storage (hardware-encrypted), so passing one there is an error and leaving it out is acknowledged
+    in :mod:`peagle_constructs.security`. ``volume_size_gb`` is likewise for EBS-backed families only.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        model: PEagleModel,
+        instance_type: str,
+        instance_count: int = 1,
+        variant_name: str = DEFAULT_VARIANT_NAME,
+        container_startup_health_check_timeout: Duration = DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT,
+        model_data_download_timeout: Duration = DEFAULT_MODEL_DATA_DOWNLOAD_TIMEOUT,
+        inference_ami_version: str = DEFAULT_INFERENCE_AMI_VERSION,
+        routing_strategy: str = "LEAST_OUTSTANDING_REQUESTS",
+        encryption_key: kms.IKey | None = None,
+        volume_size_gb: int | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        self.instance_type = InstanceType.of(instance_type)
+        self.instance_count = check_int_range(instance_count, "instance_count", 1, 100)
+        tp = model.serving.tensor_parallel_size
+        if tp > self.instance_type.gpu_count:
+            raise ConfigError(
+                "serving.tensor_parallel_size",
+                f"got {tp} but {instance_type} has {self.instance_type.gpu_count} GPU(s); allowed: at most that many",
+            )
+        startup = _seconds(container_startup_health_check_timeout, "container_startup_health_check_timeout")
+        download = _seconds(model_data_download_timeout, "model_data_download_timeout")
+        if inference_ami_version not in INFERENCE_AMI_VERSIONS:
+            raise ConfigError("inference_ami_version", f"got {inference_ami_version!r}; allowed: one of {INFERENCE_AMI_VERSIONS}")
+        if routing_strategy not in ROUTING_STRATEGIES:
+            raise ConfigError("routing_strategy", f"got {routing_strategy!r}; allowed: one of {ROUTING_STRATEGIES}")
+        if not isinstance(variant_name, str) or not variant_name.replace("-", "").isalnum() or len(variant_name) > 63:
+            raise ConfigError("variant_name", f"got {variant_name!r}; allowed: 1-63 letters, digits and hyphens")
+        nvme = self.instance_type.local_nvme
+        if nvme and encryption_key is not None:
+            raise ConfigError(
+                "encryption_key",
+                f"not allowed on {instance_type}: the {self.instance_type.family} family has local NVMe storage, "
+                "encrypted by the instance hardware, and CreateEndpointConfig fails with a KMS key; allowed: None",
+            )
+        if volume_size_gb is not None:
+            if nvme:
+                raise ConfigError(
+                    "volume_size_gb",
+                    f"not allowed on {instance_type}: local NVMe storage has a fixed size; allowed: None",
+                )
+            check_int_range(volume_size_gb, "volume_size_gb", 1, 512)
+
+        self.variant_name = variant_name
+        self.encryption_key = encryption_key
+        variant = sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+            variant_name=variant_name,
+            model_name=model.model_name,
+            instance_type=instance_type,
+            initial_instance_count=instance_count,
+            initial_variant_weight=1,
+            container_startup_health_check_timeout_in_seconds=startup,
+            model_data_download_timeout_in_seconds=download,
+            inference_ami_version=inference_ami_version,
+            routing_config=sagemaker.CfnEndpointConfig.RoutingConfigProperty(routing_strategy=routing_strategy),
+            volume_size_in_gb=volume_size_gb,
+        )
+        self.cfn_endpoint_config = sagemaker.CfnEndpointConfig(
+            self, "Resource",
+            production_variants=[variant],
+            kms_key_id=encryption_key.key_arn if encryption_key is not None else None,
+        )
+        self.endpoint_config_name: str = self.cfn_endpoint_config.attr_endpoint_config_name
+        if nvme:
+            security.acknowledge_nvme_endpoint_config(self.cfn_endpoint_config, instance_type=instance_type)

@@ -1,0 +1,19 @@
+"""The one error type the constructs raise for bad configuration.
+
+It is the contract's :class:`ServingConfigError`, so callers catch a single type whether the serving config
+or a construct prop was wrong; the message always starts with the field name.
+"""
+
+from __future__ import annotations
+
+from peagle_contract.serving import ServingConfigError
+
+
+class ConfigError(ServingConfigError):
+    """A construct prop is out of range: ``<field>: got <value>; allowed: <what>``."""
+
+
+def check_int_range(value: object, field_name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(field_name, f"got {value!r}; allowed: an integer in {low}..{high}")
+    return value

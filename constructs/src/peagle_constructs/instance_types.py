@@ -1,0 +1,88 @@
+"""What the constructs need to know about SageMaker GPU instance types.
+
+Two facts drive the endpoint config: whether the family has local NVMe instance storage (then SageMaker
+refuses a KMS key and a volume size, the disks being hardware-encrypted and fixed in size), and how many
+GPUs a size has (tensor parallelism cannot exceed it). Families not listed here are refused rather than
+guessed, because guessing the storage kind wrong fails only at deploy time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from peagle_constructs.errors import ConfigError
+
+_INSTANCE_TYPE = re.compile(r"^ml\.(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)?)\.(?P<size>(?:\d+)?xlarge|large|medium)$")
+
+
+@dataclass(frozen=True)
+class GpuFamily:
+    accelerator: str
+    gpu_memory_gib: int  # per GPU
+    local_nvme: bool  # instance-store volumes: no KMS key, no VolumeSizeInGB
+    gpus_by_size: dict[str, int]
+
+
+_SINGLE_TO_16X = {"xlarge": 1, "2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "16xlarge": 1}
+
+# Storage kinds from the EC2/SageMaker instance-store tables; GPU counts per size from the instance pages.
+GPU_FAMILIES: dict[str, GpuFamily] = {
+    "g4dn": GpuFamily("NVIDIA T4", 16, True, {**_SINGLE_TO_16X, "12xlarge": 4}),
+    "g5": GpuFamily("NVIDIA A10G", 24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),
+    "g6": GpuFamily("NVIDIA L4", 24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),
+    "g6e": GpuFamily("NVIDIA L40S", 48, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),
+    "p3": GpuFamily("NVIDIA V100", 16, False, {"2xlarge": 1, "8xlarge": 4, "16xlarge": 8}),
+    "p4d": GpuFamily("NVIDIA A100 40GB", 40, True, {"24xlarge": 8}),
+    "p4de": GpuFamily("NVIDIA A100 80GB", 80, True, {"24xlarge": 8}),
+    "p5": GpuFamily("NVIDIA H100", 80, True, {"4xlarge": 1, "48xlarge": 8}),
+    "p5e": GpuFamily("NVIDIA H200", 141, True, {"48xlarge": 8}),
+    "p5en": GpuFamily("NVIDIA H200", 141, True, {"48xlarge": 8}),
+}
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """A parsed, known SageMaker GPU instance type such as ``ml.g6e.xlarge``."""
+
+    name: str
+    family: str
+    size: str
+
+    @classmethod
+    def of(cls, name: object, field_name: str = "instance_type") -> "InstanceType":
+        match = _INSTANCE_TYPE.match(name) if isinstance(name, str) else None
+        if not match:
+            raise ConfigError(
+                field_name, f"got {name!r}; allowed: 'ml.<family>.<size>', e.g. 'ml.g6e.xlarge' or 'ml.p5.48xlarge'"
+            )
+        family, size = match["family"], match["size"]
+        known = GPU_FAMILIES.get(family)
+        if known is None:
+            raise ConfigError(
+                field_name, f"got {name!r}: family {family!r} is not a known GPU family; allowed: {sorted(GPU_FAMILIES)}"
+            )
+        if size not in known.gpus_by_size:
+            raise ConfigError(
+                field_name, f"got {name!r}; allowed sizes for {family}: {sorted(known.gpus_by_size)}"
+            )
+        return cls(name=name, family=family, size=size)
+
+    @property
+    def spec(self) -> GpuFamily:
+        return GPU_FAMILIES[self.family]
+
+    @property
+    def local_nvme(self) -> bool:
+        return self.spec.local_nvme
+
+    @property
+    def gpu_count(self) -> int:
+        return self.spec.gpus_by_size[self.size]
+
+    @property
+    def total_gpu_memory_gib(self) -> int:
+        return self.gpu_count * self.spec.gpu_memory_gib
+
+    def __str__(self) -> str:
+        return self.name

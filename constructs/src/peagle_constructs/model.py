@@ -1,0 +1,123 @@
+"""The SageMaker Model: the serving image, the P-EAGLE environment, the weights, a least-privilege role."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from aws_cdk import Aws
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from peagle_contract.serving import ServingConfig, is_s3_uri
+
+from peagle_constructs import security
+from peagle_constructs.errors import ConfigError
+from peagle_constructs.image import BoundImage, ContainerImage
+from peagle_constructs.weights import WeightsLayout
+
+# Where SageMaker's hosting agent writes container output: the endpoint's own log group.
+ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints/"
+# Instance metrics (GPU utilisation, memory) are published here under the execution role.
+ENDPOINT_METRICS_NAMESPACE = "/aws/sagemaker/Endpoints"
+
+
+class PEagleModel(Construct):
+    """A SageMaker Model serving ``serving`` from ``image``; no physical name (CloudFormation replaces it).
+
+    The execution role may read exactly the weight prefix SageMaker copies, pull from exactly the image's
+    repository, write to exactly ``log_group`` (or, when none is given, to endpoint log groups), and decrypt
+    with exactly ``weights_key`` when the weights are encrypted with a customer key.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        serving: ServingConfig,
+        image: ContainerImage,
+        network_isolation: bool = True,
+        log_group: logs.ILogGroup | None = None,
+        weights_key: kms.IKey | None = None,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        if not isinstance(serving, ServingConfig):
+            raise ConfigError("serving", f"got {type(serving).__name__}; allowed: a peagle_contract ServingConfig")
+        if network_isolation and not serving.weights_in_s3:
+            field, value = next((n, v) for n, v in (("target_model", serving.target_model),
+                                                    ("drafter_model", serving.drafter_model)) if not is_s3_uri(v))
+            raise ConfigError(
+                f"serving.{field}",
+                f"got {value!r}, a Hugging Face id, with network_isolation=True; allowed: an S3 prefix "
+                "'s3://bucket/prefix/' of uncompressed weights, or network_isolation=False to download from the hub",
+            )
+        for key in environment or {}:
+            if key.startswith("SM_VLLM_"):
+                raise ConfigError(f"environment[{key!r}]", "not allowed: vLLM flags belong in ServingConfig.extra_args")
+
+        self.serving = serving
+        self.layout = WeightsLayout.of(serving)
+        self.environment: dict[str, str] = {
+            **serving.to_environment(target_dir=self.layout.target_dir, drafter_dir=self.layout.drafter_dir),
+            **(environment or {}),
+        }
+
+        self.role = iam.Role(
+            self, "ExecutionRole",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description="P-EAGLE model execution role: exact weights, image repository and log group only",
+        )
+        self.image: BoundImage = image.bind(self)
+        self.policy = iam.ManagedPolicy(
+            self, "ExecutionPolicy", roles=[self.role], statements=self._statements(log_group, weights_key)
+        )
+
+        container: dict = {"image": self.image.image_uri, "mode": "SingleModel", "environment": self.environment}
+        if self.layout.source is not None:
+            container["model_data_source"] = sagemaker.CfnModel.ModelDataSourceProperty(
+                s3_data_source=sagemaker.CfnModel.S3DataSourceProperty(
+                    s3_uri=self.layout.source.uri, s3_data_type="S3Prefix", compression_type="None"
+                )
+            )
+        self.cfn_model = sagemaker.CfnModel(
+            self, "Resource",
+            execution_role_arn=self.role.role_arn,
+            enable_network_isolation=network_isolation,
+            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(**container),
+        )
+        # SageMaker checks image and weights access at CreateModel: the policy must be attached first.
+        self.cfn_model.node.add_dependency(self.policy)
+        self.model_name: str = self.cfn_model.attr_model_name
+        security.acknowledge_model(self, log_group_given=log_group is not None)
+
+    def _statements(self, log_group: logs.ILogGroup | None, weights_key: kms.IKey | None) -> list[iam.PolicyStatement]:
+        statements: list[iam.PolicyStatement] = []
+        for prefix in self.layout.prefixes:
+            bucket_arn = f"arn:{Aws.PARTITION}:s3:::{prefix.bucket}"
+            statements.append(iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{bucket_arn}/{prefix.key_prefix}*"]))
+            statements.append(iam.PolicyStatement(
+                actions=["s3:ListBucket"], resources=[bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{prefix.key_prefix}*"]}},
+            ))
+        statements.append(iam.PolicyStatement(
+            actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+            resources=[self.image.repository_arn],
+        ))
+        # GetAuthorizationToken has no resource-level permission: it only lets the agent log in to ECR.
+        statements.append(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
+        log_group_arn = (log_group.log_group_arn if log_group is not None else
+                         f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:{ENDPOINT_LOG_GROUP_PREFIX}*")
+        statements.append(iam.PolicyStatement(
+            actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"], resources=[log_group_arn],
+        ))
+        statements.append(iam.PolicyStatement(
+            actions=["cloudwatch:PutMetricData"], resources=["*"],
+            conditions={"StringEquals": {"cloudwatch:namespace": ENDPOINT_METRICS_NAMESPACE}},
+        ))
+        if weights_key is not None:
+            statements.append(iam.PolicyStatement(actions=["kms:Decrypt"], resources=[weights_key.key_arn]))
+        return statements

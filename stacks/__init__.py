@@ -1,0 +1,1 @@
+"""This organisation's P-EAGLE environments: typed configs, one Stage per environment, one stack each."""

@@ -1,0 +1,112 @@
+"""The environments, as typed, frozen configs. Changing serving behaviour per stage happens here only.
+
+All three serve GPT-OSS-20B verified against its P-EAGLE drafter head at K=7, so the model that passes
+Dev and Staging is the one Prod gets. Weights come from one S3 bundle prefix per environment
+(``target/`` and ``drafter/`` below it): CloudFormation gives a SageMaker model one ModelDataSource.
+
+Dev runs on ml.g6e.xlarge: one NVIDIA L40S with 48 GiB. GPT-OSS-20B ships its MoE weights in MXFP4,
+about 13 GiB on the GPU; the P-EAGLE head adds about 1 GiB; the rest holds CUDA graphs and the KV cache
+for 8K-token contexts. A 24 GiB card (g5/g6) would leave too little cache for concurrent requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_logs as logs
+
+from peagle_constructs import AlarmThresholds, AutoscalingOptions, ConfigError, DeploymentPolicy, ServingConfig
+from peagle_constructs.endpoint import check_endpoint_name
+
+_NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+
+
+def _bundle(environment: str) -> dict[str, str]:
+    prefix = f"s3://peagle-weights-{environment}/bundles/gpt-oss-20b-p-eagle"
+    return {"target_model": f"{prefix}/target/", "drafter_model": f"{prefix}/drafter/"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvironmentConfig:
+    """One deployable environment: its Stage id, where it runs, and what it serves on what fleet."""
+
+    name: str
+    serving: ServingConfig
+    instance_type: str
+    instance_count: int
+    autoscaling: AutoscalingOptions
+    deployment: DeploymentPolicy
+    alarms: AlarmThresholds = AlarmThresholds()
+    network_isolation: bool = True
+    encrypt_volume: bool | None = None  # None: a KMS key on EBS-backed families, none on local-NVMe ones
+    container_startup_health_check_timeout: Duration = Duration.minutes(30)
+    model_data_download_timeout: Duration = Duration.minutes(30)
+    log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR
+    removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
+    account: str | None = None  # None: from context / CDK_DEFAULT_ACCOUNT
+    region: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or not set(self.name) <= _NAME_CHARS or not self.name[0].isalpha():
+            raise ConfigError("environment.name", f"got {self.name!r}; allowed: letters and digits, starting with a letter")
+        check_endpoint_name(self.endpoint_name, "environment.name")
+
+    @property
+    def endpoint_name(self) -> str:
+        # Stable across deploys: the log group, alarms and clients are keyed by it.
+        return f"peagle-{self.name.lower()}"
+
+
+def check_unique_names(environments: Iterable[EnvironmentConfig]) -> None:
+    seen: dict[str, int] = {}
+    for index, env in enumerate(environments):
+        key = env.name.lower()  # Dev and dev would share an endpoint name
+        if key in seen:
+            raise ConfigError(
+                f"environments[{index}].name",
+                f"got {env.name!r}, already used by environments[{seen[key]}]; allowed: a name not used by another "
+                "environment (case-insensitive: it names the Stage and the endpoint)",
+            )
+        seen[key] = index
+
+
+DEV = EnvironmentConfig(
+    name="Dev",
+    serving=ServingConfig(**_bundle("dev"), num_speculative_tokens=7, max_model_len=8192, max_num_seqs=32,
+                          served_model_name="gpt-oss-20b"),
+    instance_type="ml.g6e.xlarge",
+    instance_count=1,
+    autoscaling=AutoscalingOptions(min_capacity=1, max_capacity=2),
+    deployment=DeploymentPolicy.all_at_once(bake=Duration.minutes(5)),
+    log_retention=logs.RetentionDays.ONE_YEAR,
+    removal_policy=RemovalPolicy.DESTROY,
+    tags={"environment": "dev"},
+)
+
+STAGING = EnvironmentConfig(
+    name="Staging",
+    serving=ServingConfig(**_bundle("staging"), num_speculative_tokens=7, max_model_len=16384, max_num_seqs=64,
+                          served_model_name="gpt-oss-20b"),
+    instance_type="ml.g6e.2xlarge",
+    instance_count=2,
+    autoscaling=AutoscalingOptions(min_capacity=2, max_capacity=4),
+    deployment=DeploymentPolicy.linear(percent=50, bake=Duration.minutes(10)),
+    tags={"environment": "staging"},
+)
+
+PROD = EnvironmentConfig(
+    name="Prod",
+    serving=ServingConfig(**_bundle("prod"), num_speculative_tokens=7, max_model_len=16384, max_num_seqs=64,
+                          served_model_name="gpt-oss-20b"),
+    instance_type="ml.g6e.2xlarge",
+    instance_count=4,
+    autoscaling=AutoscalingOptions(min_capacity=4, max_capacity=12),
+    deployment=DeploymentPolicy.canary(instances=1, bake=Duration.minutes(15)),
+    alarms=AlarmThresholds(ttft_p90_ms=1500.0),
+    tags={"environment": "prod"},
+)
+
+ENVIRONMENTS: tuple[EnvironmentConfig, ...] = (DEV, STAGING, PROD)

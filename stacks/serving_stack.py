@@ -1,0 +1,43 @@
+"""The one stack of every environment: a P-EAGLE endpoint with its monitoring."""
+
+from __future__ import annotations
+
+from aws_cdk import Stack, Tags
+from constructs import Construct
+
+from peagle_constructs import ContainerImage, PEagleEndpoint
+
+from stacks.environments import EnvironmentConfig
+
+STACK_ID = "PEagle"
+ENDPOINT_ID = "Serving"
+
+
+class PEagleStack(Stack):
+    def __init__(self, scope: Construct, id: str = STACK_ID, *, config: EnvironmentConfig, image: ContainerImage,
+                 **kwargs) -> None:  # noqa: ANN003 - StackProps (env, synthesizer, ...)
+        super().__init__(
+            scope, id,
+            description=f"P-EAGLE (vLLM parallel speculative decoding) on SageMaker: {config.name}",
+            **kwargs,
+        )
+        self.config = config
+        self.endpoint = PEagleEndpoint(
+            self, ENDPOINT_ID,
+            serving=config.serving,
+            image=image,
+            instance_type=config.instance_type,
+            instance_count=config.instance_count,
+            endpoint_name=config.endpoint_name,
+            autoscaling=config.autoscaling,
+            deployment=config.deployment,
+            monitoring=config.alarms,
+            network_isolation=config.network_isolation,
+            encrypt_volume=config.encrypt_volume,
+            container_startup_health_check_timeout=config.container_startup_health_check_timeout,
+            model_data_download_timeout=config.model_data_download_timeout,
+            log_retention=config.log_retention,
+            removal_policy=config.removal_policy,
+        )
+        for key, value in config.tags.items():
+            Tags.of(self).add(key, value)

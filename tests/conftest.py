@@ -1,0 +1,52 @@
+"""Shared by several test folders: quiet jsii/CDK settings and ONE synthesis of the app per session.
+
+Starting jsii (a Node process) and building the three stages costs seconds; every CDK test in a session
+shares the same process, and the stage tests share one synthesized app.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+os.environ.setdefault("CDK_DISABLE_CLI_TELEMETRY", "true")
+os.environ.setdefault("AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED", "true")
+
+# The image the embedded-AWS deploys use (no Docker there): same value as tests/deploy.
+LOCAL_IMAGE_URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/peagle-runtime:test"
+
+
+@dataclass
+class SynthesizedApp:
+    app: object  # aws_cdk.App
+    stages: dict  # name -> stacks.stage.PEagleStage
+    outdir: Path
+    assembly: object  # aws_cdk.cx_api.CloudAssembly
+
+
+def _synthesize(outdir: Path, context: dict | None = None) -> SynthesizedApp:
+    from aws_cdk import App
+
+    from stacks.application import build_app, builtin_cloudformation_validation
+
+    app = App(outdir=str(outdir), context=context or {},
+              builtin_cloud_formation_validation=builtin_cloudformation_validation())
+    stages = build_app(app)  # nag packs on: synth raises if any finding is left open
+    assembly = app.synth()
+    return SynthesizedApp(app=app, stages=stages, outdir=outdir, assembly=assembly)
+
+
+@pytest.fixture(scope="session")
+def synthesized_app(tmp_path_factory: pytest.TempPathFactory) -> SynthesizedApp:
+    """The app exactly as `make synth` builds it (image from the runtime/ Dockerfile asset)."""
+    return _synthesize(tmp_path_factory.mktemp("cdk-out"))
+
+
+@pytest.fixture(scope="session")
+def synthesized_assembly(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cloud assembly of all stages with `-c imageUri=LOCAL_IMAGE_URI`, for deploys to an embedded AWS."""
+    return _synthesize(tmp_path_factory.mktemp("cdk-out-image-uri"), {"imageUri": LOCAL_IMAGE_URI}).outdir

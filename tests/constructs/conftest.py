@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import pytest
+
+from peagle_contract.serving import ServingConfig
+
+IMAGE_URI = "222222222222.dkr.ecr.us-west-2.amazonaws.com/team/peagle:v1"
+BUNDLE = "s3://models-bucket/bundles/llama-p-eagle"
+
+
+@pytest.fixture
+def serving() -> ServingConfig:
+    return ServingConfig(target_model=f"{BUNDLE}/target/", drafter_model=f"{BUNDLE}/drafter/", num_speculative_tokens=5)
+
+
+@pytest.fixture
+def stack():
+    """A fresh stack in a known account and region (the construct tests each build their own)."""
+    from aws_cdk import App, Environment, Stack
+
+    return Stack(App(), "Test", env=Environment(account="333333333333", region="eu-west-1"))
+
+
+@pytest.fixture
+def image():
+    from peagle_constructs import ContainerImage
+
+    return ContainerImage.from_uri(IMAGE_URI)

@@ -1,0 +1,71 @@
+"""Bad configuration fails at synth, with a message that names the field and what is allowed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from aws_cdk import App, Duration
+
+from peagle_constructs import AutoscalingOptions, DeploymentPolicy, ServingConfigError
+from stacks.application import build_app
+from stacks.environments import DEV, PROD, STAGING
+
+
+def serving(**changes):
+    return lambda: [replace(DEV, serving=replace(DEV.serving, **changes))]
+
+
+def dev(**changes):
+    return lambda: [replace(DEV, **changes)]
+
+
+# (case, environments to build, field named first in the message, text naming what is allowed)
+CASES = [
+    ("k-too-large", serving(num_speculative_tokens=33), "num_speculative_tokens", "1..32"),
+    ("k-zero", serving(num_speculative_tokens=0), "num_speculative_tokens", "1..32"),
+    ("parallel-drafting-off", serving(parallel_drafting=False), "parallel_drafting", "must be true"),
+    ("min-above-max", dev(autoscaling=AutoscalingOptions(min_capacity=3, max_capacity=2)),
+     "autoscaling.min_capacity", "min_capacity <= max_capacity"),
+    ("startup-timeout-short", dev(container_startup_health_check_timeout=Duration.seconds(30)),
+     "container_startup_health_check_timeout", "60..3600"),
+    ("download-timeout-long", dev(model_data_download_timeout=Duration.hours(2)),
+     "model_data_download_timeout", "60..3600"),
+    ("canary-larger-than-fleet", lambda: [replace(PROD, deployment=DeploymentPolicy.canary(instances=4))],
+     "deployment.instances", "1..2"),
+    ("canary-on-single-instance", dev(deployment=DeploymentPolicy.canary(instances=1)),
+     "deployment.instances", "all_at_once"),
+    ("linear-percent-too-large", lambda: [replace(STAGING, deployment=DeploymentPolicy.linear(percent=80))],
+     "deployment.percent", "10..50"),
+    ("kms-on-nvme-instance", dev(encrypt_volume=True), "encryption_key", "allowed: None"),
+    ("hf-id-with-network-isolation", serving(target_model="openai/gpt-oss-20b"),
+     "serving.target_model", "network_isolation=False"),
+    ("missing-target-weights", serving(target_model=""), "target_model", "s3://bucket/prefix/"),
+    ("missing-drafter-weights", serving(drafter_model=""), "drafter_model", "s3://bucket/prefix/"),
+    ("drafter-in-other-bucket", serving(drafter_model="s3://elsewhere/drafter/"), "drafter_model", "same bucket"),
+    ("malformed-instance-type", dev(instance_type="g6e.xlarge"), "instance_type", "ml.<family>.<size>"),
+    ("unknown-instance-family", dev(instance_type="ml.c5.xlarge"), "instance_type", "g6e"),
+    ("tensor-parallel-above-gpus", serving(tensor_parallel_size=2), "serving.tensor_parallel_size", "at most"),
+    ("fleet-outside-scaling-range", dev(instance_count=3), "instance_count", "min_capacity..max_capacity"),
+    ("duplicate-environment-name", lambda: [DEV, STAGING, replace(PROD, name="Dev")],
+     "environments[2].name", "not used by another environment"),
+    ("environment-name-case-clash", lambda: [DEV, replace(STAGING, name="dev")],
+     "environments[1].name", "case-insensitive"),
+    ("bad-environment-name", lambda: [replace(DEV, name="dev env")], "environment.name", "letters and digits"),
+]
+
+
+@pytest.mark.parametrize(("make_environments", "field", "allowed"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_configuration_fails_at_synth(make_environments, field, allowed):
+    with pytest.raises(ServingConfigError) as caught:
+        build_app(App(), make_environments(), nag=False)
+    message = str(caught.value)
+    assert caught.value.field_name == field, message
+    assert message.startswith(f"{field}: "), message
+    assert allowed in message, message
+
+
+def test_the_good_configuration_builds():
+    """The control for the table: the unchanged environments build without error."""
+    stages = build_app(App(), [DEV, STAGING, PROD], nag=False)
+    assert sorted(stages) == ["Dev", "Prod", "Staging"]

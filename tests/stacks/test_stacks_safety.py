@@ -1,0 +1,82 @@
+"""Every stage is nag-clean under the four packs and lint-clean under cfn-lint."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from peagle_constructs.security import NAG_PACKS
+from tests.stacks.template_helpers import STAGES
+
+CFN_LINT = Path(sys.executable).with_name("cfn-lint")
+CFN_LINT_ERROR_BIT = 2  # cfn-lint's exit code is a bit mask: 2 errors, 4 warnings, 8 informational
+
+
+@pytest.mark.parametrize("pack", NAG_PACKS, ids=lambda p: p.__name__)
+@pytest.mark.parametrize("name", STAGES)
+def test_nag_pack_passes(synthesized_app, name, pack):
+    report = pack().validate_scope(synthesized_app.stages[name].stack)
+    open_findings = [v.rule_name for v in report.violations]
+    assert report.success, f"{name} {pack.__name__}: open findings {open_findings}"
+    assert open_findings == []
+
+
+def test_packs_are_registered_on_every_stage(synthesized_app):
+    for name, stage in synthesized_app.stages.items():
+        names = sorted(plugin.name for plugin in stage.policy_validation_beta1)
+        assert names == sorted(pack().name for pack in NAG_PACKS) and len(names) == 4, name
+
+
+def test_an_unacknowledged_finding_fails_synth(tmp_path, monkeypatch):
+    """Negative control: without the acknowledgements the packs must stop `cdk synth`."""
+    from aws_cdk import App
+
+    import peagle_constructs.security as security
+    from stacks.application import build_app
+    from stacks.environments import DEV
+
+    monkeypatch.setattr(security, "_acknowledge", lambda *args, **kwargs: None)
+    app = App(outdir=str(tmp_path))
+    build_app(app, [DEV])
+    with pytest.raises(Exception, match="ValidationFailed"):
+        app.synth()
+    report = (tmp_path / "validation-report.json").read_text()
+    assert "SageMakerEndpointConfigurationKMSKeyConfigured" in report and "AwsSolutions-IAM5" in report
+
+
+def test_every_acknowledgement_is_needed_and_has_a_reason(monkeypatch):
+    """Acknowledgements and findings match one to one: none stale, none missing, each with a reason."""
+    from aws_cdk import App
+
+    import peagle_constructs.security as security
+    from stacks.application import build_app
+    from stacks.environments import ENVIRONMENTS
+
+    made: set[tuple[str, str]] = set()
+
+    def record(construct, finding, reason):  # noqa: ANN001
+        assert len(reason) > 40, (finding, reason)
+        made.add((construct.node.path, finding))
+
+    monkeypatch.setattr(security, "_acknowledge", record)
+    stages = build_app(App(), ENVIRONMENTS, nag=False)
+    found: set[tuple[str, str]] = set()
+    for stage in stages.values():
+        for pack in NAG_PACKS:
+            for violation in pack().validate_scope(stage.stack).violations:
+                for resource in violation.violating_resources:
+                    path = resource.construct_path or ""
+                    found.add((path.removesuffix("/Resource"), violation.rule_name))
+    normalise = {(path.removesuffix("/Resource"), finding) for path, finding in made}
+    assert found and normalise == found
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_cfn_lint_has_no_errors(template_paths, name):
+    proc = subprocess.run([str(CFN_LINT), "--format", "parseable", str(template_paths[name])],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode & ~(2 | 4 | 8) == 0, f"cfn-lint crashed ({proc.returncode}): {proc.stderr[-2000:]}"
+    assert not proc.returncode & CFN_LINT_ERROR_BIT, f"cfn-lint errors in {name}:\n{proc.stdout}"

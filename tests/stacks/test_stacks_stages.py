@@ -1,0 +1,137 @@
+"""The three environments: one Stage each, one stack `PEagle` each, the defaults the issue asks for."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stacks.application import OFFLINE_ACCOUNT, OFFLINE_REGION
+from stacks.environments import DEV, ENVIRONMENTS, PROD, STAGING
+from tests.stacks.template_helpers import STAGES, only
+
+
+def test_every_environment_is_a_stage_with_one_peagle_stack(synthesized_app):
+    assert tuple(synthesized_app.stages) == STAGES == tuple(e.name for e in ENVIRONMENTS)
+    for name, stage in synthesized_app.stages.items():
+        stacks = [s for s in stage.node.children if hasattr(s, "template_file")]
+        assert [s.node.path for s in stacks] == [f"{name}/PEagle"]
+        nested = synthesized_app.assembly.get_nested_assembly(f"assembly-{name}")
+        assert [s.hierarchical_id for s in nested.stacks] == [f"{name}/PEagle"]
+
+
+@pytest.mark.parametrize(("context", "environ", "expected"), [
+    ({}, {}, (OFFLINE_ACCOUNT, OFFLINE_REGION)),
+    ({}, {"CDK_DEFAULT_ACCOUNT": "555555555555", "CDK_DEFAULT_REGION": "eu-west-1"}, ("555555555555", "eu-west-1")),
+    ({"account": "444444444444", "region": "eu-central-1"}, {"CDK_DEFAULT_ACCOUNT": "555555555555"},
+     ("444444444444", "eu-central-1")),
+])
+def test_account_and_region_from_context_then_environment_then_offline_defaults(monkeypatch, context, environ,
+                                                                                expected):
+    from aws_cdk import App
+
+    from stacks.application import build_app
+
+    for var in ("CDK_DEFAULT_ACCOUNT", "CDK_DEFAULT_REGION"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in environ.items():
+        monkeypatch.setenv(var, value)
+    stages = build_app(App(context={"imageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/x:1", **context}),
+                       nag=False)
+    assert {(stage.account, stage.region) for stage in stages.values()} == {expected}
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_endpoint_name_is_deterministic_per_stage(templates, name):
+    _, endpoint = only(templates[name], "AWS::SageMaker::Endpoint")
+    assert endpoint["Properties"]["EndpointName"] == f"peagle-{name.lower()}"
+    _, log_group = only(templates[name], "AWS::Logs::LogGroup")
+    assert log_group["Properties"]["LogGroupName"] == f"/aws/sagemaker/Endpoints/peagle-{name.lower()}"
+
+
+def test_endpoint_logical_id_is_pinned(templates):
+    # Changing this id replaces every endpoint (downtime): update it only on purpose.
+    for name in STAGES:
+        logical_id, _ = only(templates[name], "AWS::SageMaker::Endpoint")
+        assert logical_id == "ServingEndpoint6026893D"
+
+
+def test_dev_serves_gpt_oss_20b_with_p_eagle_k7_on_one_gpu(templates):
+    _, model = only(templates["Dev"], "AWS::SageMaker::Model")
+    env = model["Properties"]["PrimaryContainer"]["Environment"]
+    spec = json.loads(env["SM_VLLM_SPECULATIVE_CONFIG"])
+    assert spec == {"method": "eagle3", "model": "/opt/ml/model/drafter", "num_speculative_tokens": 7,
+                    "parallel_drafting": True}
+    assert env["SM_VLLM_MODEL"] == "/opt/ml/model/target"
+    assert env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    assert model["Properties"]["EnableNetworkIsolation"] is True
+    source = model["Properties"]["PrimaryContainer"]["ModelDataSource"]["S3DataSource"]
+    assert source == {"S3Uri": "s3://peagle-weights-dev/bundles/gpt-oss-20b-p-eagle/", "S3DataType": "S3Prefix",
+                      "CompressionType": "None"}
+    _, config = only(templates["Dev"], "AWS::SageMaker::EndpointConfig")
+    variant = config["Properties"]["ProductionVariants"][0]
+    assert (variant["InstanceType"], variant["InitialInstanceCount"]) == ("ml.g6e.xlarge", 1)
+    assert DEV.serving.num_speculative_tokens == 7
+
+
+def test_weights_are_per_environment_prefixes(templates):
+    uris = {name: only(templates[name], "AWS::SageMaker::Model")[1]["Properties"]["PrimaryContainer"]
+            ["ModelDataSource"]["S3DataSource"]["S3Uri"] for name in STAGES}
+    assert len(set(uris.values())) == 3
+    assert all(uri.startswith(f"s3://peagle-weights-{name.lower()}/") for name, uri in uris.items())
+
+
+def test_fleets_grow_and_prod_deploys_by_canary(templates):
+    counts = {}
+    for name in STAGES:
+        _, config = only(templates[name], "AWS::SageMaker::EndpointConfig")
+        counts[name] = config["Properties"]["ProductionVariants"][0]["InitialInstanceCount"]
+    assert counts["Dev"] < counts["Staging"] < counts["Prod"]
+    _, prod = only(templates["Prod"], "AWS::SageMaker::Endpoint")
+    routing = prod["Properties"]["DeploymentConfig"]["BlueGreenUpdatePolicy"]["TrafficRoutingConfiguration"]
+    assert routing["Type"] == "CANARY"
+    assert routing["CanarySize"] == {"Type": "INSTANCE_COUNT", "Value": 1}
+    assert routing["WaitIntervalInSeconds"] == PROD.deployment.bake.to_seconds() > 0
+    _, staging = only(templates["Staging"], "AWS::SageMaker::Endpoint")
+    assert staging["Properties"]["DeploymentConfig"]["BlueGreenUpdatePolicy"]["TrafficRoutingConfiguration"]["Type"] \
+        == STAGING.deployment.mode == "LINEAR"
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_rollback_alarms_are_the_stack_alarms(templates, name):
+    alarms = {logical_id for logical_id, _ in
+              ((k, v) for k, v in templates[name]["Resources"].items() if v["Type"] == "AWS::CloudWatch::Alarm")}
+    _, endpoint = only(templates[name], "AWS::SageMaker::Endpoint")
+    rollback = endpoint["Properties"]["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]
+    assert {a["AlarmName"]["Ref"] for a in rollback} == alarms and len(alarms) == 4
+
+
+def test_default_image_is_the_runtime_dockerfile_asset(synthesized_app):
+    manifest = json.loads((synthesized_app.outdir / "assembly-Dev" /
+                           f"{synthesized_app.stages['Dev'].stack.artifact_id}.assets.json").read_text())
+    images = list(manifest["dockerImages"].values())
+    assert len(images) == 1
+    source = images[0]["source"]
+    assert source["dockerFile"] == "runtime/Dockerfile"
+    staged = synthesized_app.outdir / "assembly-Dev" / source["directory"]  # relative to its manifest
+    # Only what the Dockerfile copies is in the context (and the hash): no venv, tests or node_modules.
+    assert (staged / "runtime" / "Dockerfile").is_file()
+    assert (staged / "constructs" / "src" / "peagle_contract" / "serving.py").is_file()
+    for absent in (".venv", "node_modules", "tests", "cdk.out", ".git", "bench", "stacks"):
+        assert not (staged / absent).exists(), absent
+
+
+def test_image_uri_context_switches_every_stage(synthesized_assembly):
+    from tests.conftest import LOCAL_IMAGE_URI
+
+    for name in STAGES:
+        assembly_dir = synthesized_assembly / f"assembly-{name}"
+        template = json.loads(next(assembly_dir.glob("*.template.json")).read_text())
+        _, model = only(template, "AWS::SageMaker::Model")
+        assert model["Properties"]["PrimaryContainer"]["Image"] == LOCAL_IMAGE_URI
+        assets = json.loads(next(assembly_dir.glob("*.assets.json")).read_text())
+        assert not assets.get("dockerImages")
+        _, policy = only(template, "AWS::IAM::ManagedPolicy")
+        pulls = [s for s in policy["Properties"]["PolicyDocument"]["Statement"]
+                 if "ecr:BatchGetImage" in s["Action"]]
+        assert json.dumps(pulls[0]["Resource"]).endswith(':ecr:us-east-1:123456789012:repository/peagle-runtime"]]}')
