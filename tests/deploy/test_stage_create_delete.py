@@ -1,0 +1,95 @@
+"""Every stage's synthesized template, created and deleted by moto's CloudFormation with our extension.
+
+Each service is asked what it holds (not CloudFormation's status): moto reports CREATE_COMPLETE even
+for types it skips, which is what the extension exists to fix.
+"""
+
+from __future__ import annotations
+
+import os
+
+import boto3
+import pytest
+from moto import mock_aws
+
+import tools.local_aws as local_aws
+from tools.local_aws import inventory
+
+STAGES = ("Dev", "Staging", "Prod")
+
+REGION = "us-east-1"
+
+
+@pytest.fixture(autouse=True)
+def fake_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    local_aws.register()
+
+
+def _everything(session: boto3.Session) -> dict[str, list[str]]:
+    """What the services hold, account-wide: the 'nothing left behind' view."""
+    sm = session.client("sagemaker")
+    aas = session.client("application-autoscaling")
+    return {
+        "models": [m["ModelName"] for m in sm.list_models()["Models"]],
+        "endpoint configs": [c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]],
+        "endpoints": [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]],
+        "scalable targets": [t["ResourceId"] for t in aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]],
+        "scaling policies": [p["PolicyName"] for p in aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]],
+        "alarms": [a["AlarmName"] for a in session.client("cloudwatch").describe_alarms()["MetricAlarms"]],
+        "metric filters": [f["filterName"] for f in session.client("logs").describe_metric_filters()["metricFilters"]],
+        "log groups": [g["logGroupName"] for g in session.client("logs").describe_log_groups()["logGroups"]],
+        "roles": [r["RoleName"] for r in session.client("iam").list_roles()["Roles"]],
+        "topics": [t["TopicArn"] for t in session.client("sns").list_topics()["Topics"]],
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Tried to parse AWS.CDK.Metadata")
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_creates_every_resource_and_deletes_all(stage: str, stage_stacks) -> None:
+    stacks = stage_stacks[stage]
+    assert [s.display_name for s in stacks] == [f"{stage}/PEagle"]
+    with mock_aws():
+        session = boto3.Session(region_name=REGION)
+        # The default synthesizer's templates read the bootstrap version from SSM (cdk bootstrap writes it).
+        session.client("ssm").put_parameter(Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String")
+        before = _everything(session)
+        cfn = session.client("cloudformation")
+        retained: list[str] = []
+        for stack in stacks:
+            cfn.create_stack(StackName=stack.stack_name, TemplateBody=stack.template_path.read_text(),
+                             Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"])
+            status = cfn.describe_stacks(StackName=stack.stack_name)["Stacks"][0]["StackStatus"]
+            assert status == "CREATE_COMPLETE", status
+
+            template = stack.template()
+            resources = inventory.stack_resources(session, stack.stack_name, template)
+            rows = inventory.check(session, template, resources)
+            table = inventory.render([(stack.display_name, rows)])
+            assert all(row.ok for row in rows), table
+            counts = {row.label: row.expected for row in rows}
+            # The product's shape, per stage: one endpoint that autoscales and is watched.
+            for label in ("model", "endpoint config", "endpoint InService", "scalable target", "scaling policy",
+                          "metric filter", "log group"):
+                assert counts[label] >= 1, f"{stage}: the template declares no {label}\n{table}"
+            assert counts["alarm"] >= 2, f"{stage}: expected TTFT and error alarms at least\n{table}"
+
+            # The autoscaling target names the endpoint CloudFormation created, by its real name.
+            endpoint_names = set(_everything(session)["endpoints"])
+            targets = _everything(session)["scalable targets"]
+            assert targets and all(t.split("/")[1] in endpoint_names for t in targets), (targets, endpoint_names)
+
+            cfn.delete_stack(StackName=stack.stack_name)
+            left = inventory.after_delete(session, resources)
+            # Gone, except what the template retains on purpose (DeletionPolicy Retain) - and that stays.
+            assert all(row.ok for row in left), inventory.render([(f"{stack.display_name} after delete", left)])
+            retained += [r.physical_id for r in resources if r.retained]
+
+        after = _everything(session)
+        after["log groups"] = [g for g in after["log groups"] if g not in retained]
+        assert after == before, {k: v for k, v in after.items() if v != before[k]}

@@ -1,0 +1,438 @@
+"""CloudFormation resource types that moto's CloudFormation skips, backed by moto's own service backends.
+
+moto 5.2.5 knows these services (Application Auto Scaling, CloudWatch alarms, CloudWatch Logs metric
+filters) but has no CloudFormation model for them: a stack holding them reports CREATE_COMPLETE while the
+resources never exist. Each class below turns the template's properties into the same backend call the
+service API would make, so `describe_*` sees what the stack created and stack deletion removes it.
+
+Why the classes look the way they do (see NOTES.md):
+- moto finds types through ``CloudFormationModel.__subclasses__()``: only DIRECT subclasses count.
+- moto's model metaclass files every class under ``cls.__module__.split(".")[1]``: the module must have a
+  dotted name (a package module), never ``__main__`` or a top-level script.
+- ``delete(account_id, region_name)`` on the instance is what moto's stack deletion calls first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moto.applicationautoscaling.models import applicationautoscaling_backends
+from moto.cloudwatch.models import Dimension, Metric, MetricDataQuery, MetricStat, cloudwatch_backends
+from moto.core.common_models import CloudFormationModel
+from moto.logs.models import logs_backends
+from moto.sns.models import sns_backends
+
+
+def _props(cloudformation_json: dict[str, Any]) -> dict[str, Any]:
+    return cloudformation_json.get("Properties") or {}
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+class ScalableTarget(CloudFormationModel):
+    """AWS::ApplicationAutoScaling::ScalableTarget -> RegisterScalableTarget."""
+
+    def __init__(self, *, account_id: str, region_name: str, namespace: str, resource_id: str, dimension: str) -> None:
+        self.account_id = account_id
+        self.region_name = region_name
+        self.namespace = namespace
+        self.resource_id = resource_id
+        self.dimension = dimension
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::ApplicationAutoScaling::ScalableTarget"
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return ""  # no name property: the target is keyed by namespace, resource id and dimension
+
+    @classmethod
+    def has_cfn_attr(cls, attr: str) -> bool:
+        return attr == "Id"
+
+    @property
+    def physical_resource_id(self) -> str:
+        # What CloudFormation returns for Ref: "resource-id|scalable-dimension|service-namespace".
+        return f"{self.resource_id}|{self.dimension}|{self.namespace}"
+
+    def get_cfn_attribute(self, attribute_name: str) -> str:
+        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+        if attribute_name == "Id":
+            return self.physical_resource_id
+        raise UnformattedGetAttTemplateException()
+
+    @classmethod
+    def create_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str, **kwargs: Any
+    ) -> "ScalableTarget":
+        props = _props(cloudformation_json)
+        backend = applicationautoscaling_backends[account_id][region_name]
+        suspended = props.get("SuspendedState") or {}
+        backend.register_scalable_target(
+            namespace=props["ServiceNamespace"],
+            r_id=props["ResourceId"],
+            dimension=props["ScalableDimension"],
+            min_capacity=_int_or_none(props.get("MinCapacity")),
+            max_capacity=_int_or_none(props.get("MaxCapacity")),
+            role_arn=props.get("RoleARN", ""),
+            suspended_state=suspended,
+        )
+        return cls(
+            account_id=account_id, region_name=region_name, namespace=props["ServiceNamespace"],
+            resource_id=props["ResourceId"], dimension=props["ScalableDimension"],
+        )
+
+    @classmethod
+    def update_from_cloudformation_json(  # type: ignore[override]
+        cls, original_resource: "ScalableTarget", new_resource_name: str, cloudformation_json: dict[str, Any],
+        account_id: str, region_name: str,
+    ) -> "ScalableTarget":
+        original_resource.delete(account_id, region_name)
+        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+
+    @classmethod
+    def delete_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
+    ) -> None:
+        resource_id, dimension, namespace = resource_name.split("|")
+        cls(account_id=account_id, region_name=region_name, namespace=namespace, resource_id=resource_id,
+            dimension=dimension).delete(account_id, region_name)
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        backend = applicationautoscaling_backends[account_id][region_name]
+        if backend._scalable_target_exists(self.resource_id, self.dimension):
+            backend.deregister_scalable_target(self.namespace, self.resource_id, self.dimension)
+
+
+class ScalingPolicy(CloudFormationModel):
+    """AWS::ApplicationAutoScaling::ScalingPolicy -> PutScalingPolicy (target tracking or step)."""
+
+    def __init__(self, *, policy_name: str, namespace: str, resource_id: str, dimension: str, arn: str) -> None:
+        self.policy_name = policy_name
+        self.namespace = namespace
+        self.resource_id = resource_id
+        self.dimension = dimension
+        self.arn = arn
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::ApplicationAutoScaling::ScalingPolicy"
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return "PolicyName"
+
+    @classmethod
+    def has_cfn_attr(cls, attr: str) -> bool:
+        return attr == "Arn"
+
+    @property
+    def physical_resource_id(self) -> str:
+        return self.arn  # Ref of a scaling policy is its ARN
+
+    def get_cfn_attribute(self, attribute_name: str) -> str:
+        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+        if attribute_name == "Arn":
+            return self.arn
+        raise UnformattedGetAttTemplateException()
+
+    @classmethod
+    def create_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str, **kwargs: Any
+    ) -> "ScalingPolicy":
+        props = _props(cloudformation_json)
+        if props.get("ScalingTargetId"):
+            # Either the target's Ref ("resource|dimension|namespace") or the three properties spelled out.
+            resource_id, dimension, namespace = str(props["ScalingTargetId"]).split("|")
+        else:
+            resource_id, dimension, namespace = props["ResourceId"], props["ScalableDimension"], props["ServiceNamespace"]
+        policy_type = props.get("PolicyType")
+        body = props.get("TargetTrackingScalingPolicyConfiguration") or props.get("StepScalingPolicyConfiguration") or {}
+        backend = applicationautoscaling_backends[account_id][region_name]
+        if not backend._scalable_target_exists(resource_id, dimension):
+            # The real service refuses a policy on an unregistered target; so do we (it catches a
+            # missing DependsOn or a wrong ScalingTargetId in the template).
+            raise ValueError(f"ScalingPolicy {resource_name}: no scalable target {resource_id} / {dimension}")
+        policy = backend.put_scaling_policy(
+            policy_name=resource_name, service_namespace=namespace, resource_id=resource_id,
+            scalable_dimension=dimension, policy_body=body, policy_type=policy_type,
+        )
+        return cls(policy_name=resource_name, namespace=namespace, resource_id=resource_id, dimension=dimension,
+                   arn=policy.policy_arn)
+
+    @classmethod
+    def update_from_cloudformation_json(  # type: ignore[override]
+        cls, original_resource: "ScalingPolicy", new_resource_name: str, cloudformation_json: dict[str, Any],
+        account_id: str, region_name: str,
+    ) -> "ScalingPolicy":
+        original_resource.delete(account_id, region_name)
+        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+
+    @classmethod
+    def delete_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
+    ) -> None:
+        backend = applicationautoscaling_backends[account_id][region_name]
+        for policy in list(backend.policies.values()):
+            if policy.policy_arn == resource_name:
+                backend.delete_scaling_policy(policy.policy_name, policy.service_namespace, policy.resource_id,
+                                              policy.scalable_dimension)
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        backend = applicationautoscaling_backends[account_id][region_name]
+        try:
+            backend.delete_scaling_policy(self.policy_name, self.namespace, self.resource_id, self.dimension)
+        except Exception:  # already gone (e.g. the target was deregistered first): nothing left to remove
+            pass
+
+
+def _metric_queries(metrics: list[dict[str, Any]] | None) -> list[MetricDataQuery] | None:
+    if not metrics:
+        return None
+    queries = []
+    for m in metrics:
+        stat = m.get("MetricStat")
+        metric_stat = None
+        if stat:
+            metric = stat.get("Metric") or {}
+            metric_stat = MetricStat(
+                metric=Metric(
+                    metric_name=metric.get("MetricName"), namespace=metric.get("Namespace"),
+                    dimensions=[Dimension(d["Name"], d["Value"]) for d in metric.get("Dimensions") or []],
+                ),
+                period=stat.get("Period"), stat=stat.get("Stat"), unit=stat.get("Unit"),
+            )
+        queries.append(MetricDataQuery(
+            query_id=m.get("Id"), label=m.get("Label"), period=m.get("Period"),
+            return_data=m.get("ReturnData"), expression=m.get("Expression"), metric_stat=metric_stat,
+        ))
+    return queries
+
+
+class MetricAlarm(CloudFormationModel):
+    """AWS::CloudWatch::Alarm -> PutMetricAlarm (single metric or metric math)."""
+
+    def __init__(self, *, name: str, arn: str) -> None:
+        self.name = name
+        self.arn = arn
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::CloudWatch::Alarm"
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return "AlarmName"
+
+    @classmethod
+    def has_cfn_attr(cls, attr: str) -> bool:
+        return attr == "Arn"
+
+    @property
+    def physical_resource_id(self) -> str:
+        return self.name  # Ref of an alarm is its name
+
+    def get_cfn_attribute(self, attribute_name: str) -> str:
+        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+        if attribute_name == "Arn":
+            return self.arn
+        raise UnformattedGetAttTemplateException()
+
+    @classmethod
+    def create_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str, **kwargs: Any
+    ) -> "MetricAlarm":
+        p = _props(cloudformation_json)
+        alarm = cloudwatch_backends[account_id][region_name].put_metric_alarm(
+            name=resource_name,
+            namespace=p.get("Namespace"),
+            metric_name=p.get("MetricName"),
+            comparison_operator=p["ComparisonOperator"],
+            evaluation_periods=int(p["EvaluationPeriods"]),
+            period=_int_or_none(p.get("Period")),
+            threshold=float(p["Threshold"]) if p.get("Threshold") is not None else None,
+            statistic=p.get("Statistic"),
+            description=p.get("AlarmDescription", ""),
+            dimensions=p.get("Dimensions") or [],
+            alarm_actions=p.get("AlarmActions") or [],
+            metric_data_queries=_metric_queries(p.get("Metrics")),
+            datapoints_to_alarm=_int_or_none(p.get("DatapointsToAlarm")),
+            extended_statistic=p.get("ExtendedStatistic"),
+            ok_actions=p.get("OKActions") or [],
+            insufficient_data_actions=p.get("InsufficientDataActions") or [],
+            unit=p.get("Unit"),
+            actions_enabled=str(p.get("ActionsEnabled", True)).lower() != "false",
+            treat_missing_data=p.get("TreatMissingData"),
+            evaluate_low_sample_count_percentile=p.get("EvaluateLowSampleCountPercentile"),
+            threshold_metric_id=p.get("ThresholdMetricId"),
+            tags=p.get("Tags"),
+        )
+        return cls(name=resource_name, arn=alarm.alarm_arn)
+
+    @classmethod
+    def update_from_cloudformation_json(  # type: ignore[override]
+        cls, original_resource: "MetricAlarm", new_resource_name: str, cloudformation_json: dict[str, Any],
+        account_id: str, region_name: str,
+    ) -> "MetricAlarm":
+        original_resource.delete(account_id, region_name)
+        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+
+    @classmethod
+    def delete_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
+    ) -> None:
+        cloudwatch_backends[account_id][region_name].delete_alarms([resource_name])
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        cloudwatch_backends[account_id][region_name].delete_alarms([self.name])
+
+
+# CloudFormation spells the transformation keys in PascalCase; the Logs API (and moto's store) in camelCase.
+_TRANSFORMATION_KEYS = {
+    "MetricName": "metricName", "MetricNamespace": "metricNamespace", "MetricValue": "metricValue",
+    "DefaultValue": "defaultValue", "Unit": "unit", "Dimensions": "dimensions",
+}
+
+
+class LogMetricFilter(CloudFormationModel):
+    """AWS::Logs::MetricFilter -> PutMetricFilter on an existing log group."""
+
+    def __init__(self, *, name: str, log_group_name: str) -> None:
+        self.name = name
+        self.log_group_name = log_group_name
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::Logs::MetricFilter"
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return "FilterName"
+
+    @classmethod
+    def has_cfn_attr(cls, attr: str) -> bool:
+        return False
+
+    @property
+    def physical_resource_id(self) -> str:
+        return self.name  # Ref of a metric filter is its name
+
+    def get_cfn_attribute(self, attribute_name: str) -> str:
+        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+        raise UnformattedGetAttTemplateException()
+
+    @classmethod
+    def create_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str, **kwargs: Any
+    ) -> "LogMetricFilter":
+        p = _props(cloudformation_json)
+        backend = logs_backends[account_id][region_name]
+        group = p["LogGroupName"]
+        if group not in backend.groups:
+            # The real service answers ResourceNotFoundException: a filter needs its group first.
+            raise ValueError(f"MetricFilter {resource_name}: log group {group!r} does not exist")
+        transformations = []
+        for t in p.get("MetricTransformations") or []:
+            item = {_TRANSFORMATION_KEYS.get(k, k): v for k, v in t.items()}
+            if "dimensions" in item and isinstance(item["dimensions"], list):
+                item["dimensions"] = {d["Key"]: d["Value"] for d in item["dimensions"]}
+            transformations.append(item)
+        backend.put_metric_filter(resource_name, p.get("FilterPattern", ""), group, transformations)
+        return cls(name=resource_name, log_group_name=group)
+
+    @classmethod
+    def update_from_cloudformation_json(  # type: ignore[override]
+        cls, original_resource: "LogMetricFilter", new_resource_name: str, cloudformation_json: dict[str, Any],
+        account_id: str, region_name: str,
+    ) -> "LogMetricFilter":
+        original_resource.delete(account_id, region_name)
+        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+
+    @classmethod
+    def delete_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
+    ) -> None:
+        group = _props(cloudformation_json).get("LogGroupName")
+        logs_backends[account_id][region_name].delete_metric_filter(resource_name, group)
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        logs_backends[account_id][region_name].delete_metric_filter(self.name, self.log_group_name)
+
+
+class TopicPolicy(CloudFormationModel):
+    """AWS::SNS::TopicPolicy -> SetTopicAttributes(Policy) on each topic; deletion restores the default."""
+
+    def __init__(self, *, name: str, topic_arns: list[str], region_name: str) -> None:
+        self.name = name
+        self.topic_arns = topic_arns
+        self.region_name = region_name
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::SNS::TopicPolicy"
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return ""
+
+    @classmethod
+    def has_cfn_attr(cls, attr: str) -> bool:
+        return attr == "Id"
+
+    @property
+    def physical_resource_id(self) -> str:
+        return self.name
+
+    def get_cfn_attribute(self, attribute_name: str) -> str:
+        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+        if attribute_name == "Id":
+            return self.name
+        raise UnformattedGetAttTemplateException()
+
+    @classmethod
+    def create_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str, **kwargs: Any
+    ) -> "TopicPolicy":
+        import json
+
+        p = _props(cloudformation_json)
+        document = p["PolicyDocument"]
+        topics = list(p.get("Topics") or [])
+        backend = sns_backends[account_id][region_name]
+        for arn in topics:
+            backend.get_topic(arn).policy = json.dumps(document)  # raises NotFound for an unknown topic
+        return cls(name=resource_name, topic_arns=topics, region_name=region_name)
+
+    @classmethod
+    def update_from_cloudformation_json(  # type: ignore[override]
+        cls, original_resource: "TopicPolicy", new_resource_name: str, cloudformation_json: dict[str, Any],
+        account_id: str, region_name: str,
+    ) -> "TopicPolicy":
+        original_resource.delete(account_id, region_name)
+        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+
+    @classmethod
+    def delete_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
+    ) -> None:
+        topics = list(_props(cloudformation_json).get("Topics") or [])
+        cls(name=resource_name, topic_arns=topics, region_name=region_name).delete(account_id, region_name)
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        backend = sns_backends[account_id][region_name]
+        for arn in self.topic_arns:
+            topic = backend.topics.get(arn)
+            if topic is not None:  # the topic may be gone already
+                topic._policy_json = topic._create_default_topic_policy(region_name, account_id, topic.name)
+
+
+EXTENSION_TYPES: tuple[type[CloudFormationModel], ...] = (
+    ScalableTarget, ScalingPolicy, MetricAlarm, LogMetricFilter, TopicPolicy)
