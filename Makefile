@@ -10,7 +10,8 @@ export VLLM_CPU_KVCACHE_SPACE ?= 1
 CDK := npx --no-install cdk --no-notices
 ENV ?= dev
 TARGET ?= local
-BASE ?= origin/main
+# The pull request's base: origin/main in a clone, else the local main branch.
+BASE ?= $(shell git rev-parse --verify -q origin/main >/dev/null && echo origin/main || echo main)
 
 .PHONY: setup synth test diff deploy destroy serve invoke demo models demo-models bench bench-synth bench-cpu bench-kernel bench-kernel-smoke clean
 
