@@ -1,4 +1,5 @@
-"""One synthesized cloud assembly for the whole deploy test session (synth costs ~10-30 s here).
+"""One synthesized cloud assembly for the whole deploy test session (synth costs ~10-30 s here), and the
+in-process moto environment the extension tests share.
 
 If a root tests/conftest.py provides a session fixture with the synthesized app's assembly directory
 (``synthesized_assembly`` or ``cloud_assembly_dir``), it is reused; otherwise the real CLI synthesizes
@@ -7,15 +8,34 @@ the app once into a temporary directory, with ``imageUri`` set as on the embedde
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+import tools.local_aws as local_aws
 from tools.local_aws import cdk_cli
 
 REPO = cdk_cli.REPO_ROOT
 STAGES = ("Dev", "Staging", "Prod")
 IMAGE_URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/peagle-runtime:test"
+MOTO_REGION = "us-east-1"
+
+
+@pytest.fixture
+def moto_region(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Fake credentials only, the default region set, our extension loaded into moto; returns the region.
+
+    Every ``AWS_*`` variable of the caller is dropped first, so no real credential or endpoint can reach
+    boto3 inside ``mock_aws()``.
+    """
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", MOTO_REGION)
+    local_aws.register()
+    return MOTO_REGION
 
 
 @pytest.fixture(scope="session")

@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 
 import boto3
 import pytest
 from moto import mock_aws
 
-import tools.local_aws as local_aws
-from tools.local_aws import fidelity
+from tools.local_aws import cfn_types, fidelity
 
-REGION = "us-east-1"
-
-
-@pytest.fixture(autouse=True)
-def fake_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in [k for k in os.environ if k.startswith("AWS_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    local_aws.register()
+# Fake credentials, us-east-1 and the extension loaded, for every test here (conftest.py).
+pytestmark = pytest.mark.usefixtures("moto_region")
 
 
 def _endpoint_template(instance_type: str, *, with_policy_target: bool = True) -> dict:
@@ -113,3 +102,14 @@ def test_typos_are_still_refused(instance_type: str) -> None:
         with pytest.raises(Exception, match="instanceType|InstanceType"):
             cfn.create_stack(StackName="typo", TemplateBody=json.dumps(_endpoint_template(instance_type)),
                              Capabilities=["CAPABILITY_IAM"])
+
+
+def test_a_model_moto_would_not_map_is_refused_where_it_is_defined() -> None:
+    # moto maps only direct CloudFormationModel subclasses: one deriving from the shared mixin alone would
+    # be skipped silently, exactly the failure the extension exists to remove.
+    with pytest.raises(TypeError, match="Hidden: name CloudFormationModel as a direct base"):
+        class Hidden(cfn_types._ExtensionType):
+            CFN_TYPE = "AWS::Test::Hidden"
+            NAME_PROPERTY = ""
+            GETATT: dict[str, str] = {}
+            REF = "name"

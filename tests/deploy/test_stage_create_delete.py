@@ -6,28 +6,16 @@ for types it skips, which is what the extension exists to fix.
 
 from __future__ import annotations
 
-import os
-
 import boto3
 import pytest
 from moto import mock_aws
 
-import tools.local_aws as local_aws
 from tools.local_aws import inventory
 
 STAGES = ("Dev", "Staging", "Prod")
 
-REGION = "us-east-1"
-
-
-@pytest.fixture(autouse=True)
-def fake_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in [k for k in os.environ if k.startswith("AWS_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    local_aws.register()
+# Fake credentials, the region set and the extension loaded, for every test here (conftest.py).
+pytestmark = pytest.mark.usefixtures("moto_region")
 
 
 def _everything(session: boto3.Session) -> dict[str, list[str]]:
@@ -51,11 +39,11 @@ def _everything(session: boto3.Session) -> dict[str, list[str]]:
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Tried to parse AWS.CDK.Metadata")
 @pytest.mark.parametrize("stage", STAGES)
-def test_stage_creates_every_resource_and_deletes_all(stage: str, stage_stacks) -> None:
+def test_stage_creates_every_resource_and_deletes_all(stage: str, stage_stacks, moto_region: str) -> None:
     stacks = stage_stacks[stage]
     assert [s.display_name for s in stacks] == [f"{stage}/PEagle"]
     with mock_aws():
-        session = boto3.Session(region_name=REGION)
+        session = boto3.Session(region_name=moto_region)
         # The default synthesizer's templates read the bootstrap version from SSM (cdk bootstrap writes it).
         session.client("ssm").put_parameter(Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String")
         before = _everything(session)

@@ -6,7 +6,8 @@ resources never exist. Each class below turns the template's properties into the
 service API would make, so `describe_*` sees what the stack created and stack deletion removes it.
 
 Why the classes look the way they do (see NOTES.md):
-- moto finds types through ``CloudFormationModel.__subclasses__()``: only DIRECT subclasses count.
+- moto finds types through ``CloudFormationModel.__subclasses__()``: only DIRECT subclasses count, so
+  what the models share lives in a plain mixin (``_ExtensionType``), not in a common CloudFormationModel base.
 - moto's model metaclass files every class under ``cls.__module__.split(".")[1]``: the module must have a
   dotted name (a package module), never ``__main__`` or a top-level script.
 - ``delete(account_id, region_name)`` on the instance is what moto's stack deletion calls first.
@@ -14,7 +15,8 @@ Why the classes look the way they do (see NOTES.md):
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
 
 from moto.applicationautoscaling.models import applicationautoscaling_backends
 from moto.cloudwatch.models import Dimension, Metric, MetricDataQuery, MetricStat, cloudwatch_backends
@@ -31,8 +33,73 @@ def _int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-class ScalableTarget(CloudFormationModel):
+class _ExtensionType:
+    """What every model below shares: its type and name property, the GetAtt it answers, update by replacement.
+
+    Deliberately NOT a CloudFormationModel: moto maps only DIRECT subclasses of CloudFormationModel, so a
+    shared base deriving from it would hide every model behind it. Each model names this mixin first (so its
+    methods win over CloudFormationModel's abstract ones) and CloudFormationModel itself as its second base.
+    """
+
+    CFN_TYPE: ClassVar[str]
+    NAME_PROPERTY: ClassVar[str]  # "" for a type with no name property
+    # Fn::GetAtt attribute -> the Python attribute holding its value; only these are valid in a template.
+    GETATT: ClassVar[Mapping[str, str]]
+    # The Python attribute holding what CloudFormation returns for Ref; a model whose Ref is composed of
+    # several values overrides physical_resource_id instead.
+    REF: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Fail at import, naming the class, rather than as a type moto silently skips or a half-parsed stack.
+        super().__init_subclass__(**kwargs)
+        if CloudFormationModel not in cls.__bases__:
+            raise TypeError(f"{cls.__name__}: name CloudFormationModel as a direct base, or moto never maps it")
+        missing = [n for n in ("CFN_TYPE", "NAME_PROPERTY", "GETATT") if not hasattr(cls, n)]
+        if not hasattr(cls, "REF") and cls.physical_resource_id is _ExtensionType.physical_resource_id:
+            missing.append("REF (or a physical_resource_id of its own)")
+        if missing:
+            raise TypeError(f"{cls.__name__}: missing {', '.join(missing)}")
+
+    @property
+    def physical_resource_id(self) -> str:
+        return getattr(self, self.REF)
+
+    @classmethod
+    def cloudformation_type(cls) -> str:
+        return cls.CFN_TYPE
+
+    @classmethod
+    def cloudformation_name_type(cls) -> str:
+        return cls.NAME_PROPERTY
+
+    @classmethod
+    def has_cfn_attr(cls, attr: str) -> bool:
+        return attr in cls.GETATT
+
+    def get_cfn_attribute(self, attribute_name: str) -> str:
+        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+        if attribute_name in self.GETATT:
+            return getattr(self, self.GETATT[attribute_name])
+        raise UnformattedGetAttTemplateException()
+
+    @classmethod
+    def update_from_cloudformation_json(
+        cls, original_resource: Any, new_resource_name: str, cloudformation_json: dict[str, Any],
+        account_id: str, region_name: str,
+    ) -> Self:
+        # An update is a replacement: remove the old resource, then create it from the new template.
+        original_resource.delete(account_id, region_name)
+        return cls.create_from_cloudformation_json(  # type: ignore[attr-defined]
+            new_resource_name, cloudformation_json, account_id, region_name)
+
+
+class ScalableTarget(_ExtensionType, CloudFormationModel):
     """AWS::ApplicationAutoScaling::ScalableTarget -> RegisterScalableTarget."""
+
+    CFN_TYPE = "AWS::ApplicationAutoScaling::ScalableTarget"
+    NAME_PROPERTY = ""  # no name property: the target is keyed by namespace, resource id and dimension
+    GETATT = {"Id": "physical_resource_id"}
 
     def __init__(self, *, account_id: str, region_name: str, namespace: str, resource_id: str, dimension: str) -> None:
         self.account_id = account_id
@@ -41,29 +108,10 @@ class ScalableTarget(CloudFormationModel):
         self.resource_id = resource_id
         self.dimension = dimension
 
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::ApplicationAutoScaling::ScalableTarget"
-
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return ""  # no name property: the target is keyed by namespace, resource id and dimension
-
-    @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return attr == "Id"
-
     @property
     def physical_resource_id(self) -> str:
         # What CloudFormation returns for Ref: "resource-id|scalable-dimension|service-namespace".
         return f"{self.resource_id}|{self.dimension}|{self.namespace}"
-
-    def get_cfn_attribute(self, attribute_name: str) -> str:
-        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
-
-        if attribute_name == "Id":
-            return self.physical_resource_id
-        raise UnformattedGetAttTemplateException()
 
     @classmethod
     def create_from_cloudformation_json(  # type: ignore[override]
@@ -87,14 +135,6 @@ class ScalableTarget(CloudFormationModel):
         )
 
     @classmethod
-    def update_from_cloudformation_json(  # type: ignore[override]
-        cls, original_resource: "ScalableTarget", new_resource_name: str, cloudformation_json: dict[str, Any],
-        account_id: str, region_name: str,
-    ) -> "ScalableTarget":
-        original_resource.delete(account_id, region_name)
-        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
-
-    @classmethod
     def delete_from_cloudformation_json(  # type: ignore[override]
         cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
     ) -> None:
@@ -108,8 +148,13 @@ class ScalableTarget(CloudFormationModel):
             backend.deregister_scalable_target(self.namespace, self.resource_id, self.dimension)
 
 
-class ScalingPolicy(CloudFormationModel):
+class ScalingPolicy(_ExtensionType, CloudFormationModel):
     """AWS::ApplicationAutoScaling::ScalingPolicy -> PutScalingPolicy (target tracking or step)."""
+
+    CFN_TYPE = "AWS::ApplicationAutoScaling::ScalingPolicy"
+    NAME_PROPERTY = "PolicyName"
+    GETATT = {"Arn": "arn"}
+    REF = "arn"  # Ref of a scaling policy is its ARN
 
     def __init__(self, *, policy_name: str, namespace: str, resource_id: str, dimension: str, arn: str) -> None:
         self.policy_name = policy_name
@@ -117,29 +162,6 @@ class ScalingPolicy(CloudFormationModel):
         self.resource_id = resource_id
         self.dimension = dimension
         self.arn = arn
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::ApplicationAutoScaling::ScalingPolicy"
-
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return "PolicyName"
-
-    @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return attr == "Arn"
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.arn  # Ref of a scaling policy is its ARN
-
-    def get_cfn_attribute(self, attribute_name: str) -> str:
-        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
-
-        if attribute_name == "Arn":
-            return self.arn
-        raise UnformattedGetAttTemplateException()
 
     @classmethod
     def create_from_cloudformation_json(  # type: ignore[override]
@@ -164,14 +186,6 @@ class ScalingPolicy(CloudFormationModel):
         )
         return cls(policy_name=resource_name, namespace=namespace, resource_id=resource_id, dimension=dimension,
                    arn=policy.policy_arn)
-
-    @classmethod
-    def update_from_cloudformation_json(  # type: ignore[override]
-        cls, original_resource: "ScalingPolicy", new_resource_name: str, cloudformation_json: dict[str, Any],
-        account_id: str, region_name: str,
-    ) -> "ScalingPolicy":
-        original_resource.delete(account_id, region_name)
-        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
 
     @classmethod
     def delete_from_cloudformation_json(  # type: ignore[override]
@@ -214,35 +228,17 @@ def _metric_queries(metrics: list[dict[str, Any]] | None) -> list[MetricDataQuer
     return queries
 
 
-class MetricAlarm(CloudFormationModel):
+class MetricAlarm(_ExtensionType, CloudFormationModel):
     """AWS::CloudWatch::Alarm -> PutMetricAlarm (single metric or metric math)."""
+
+    CFN_TYPE = "AWS::CloudWatch::Alarm"
+    NAME_PROPERTY = "AlarmName"
+    GETATT = {"Arn": "arn"}
+    REF = "name"  # Ref of an alarm is its name
 
     def __init__(self, *, name: str, arn: str) -> None:
         self.name = name
         self.arn = arn
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::CloudWatch::Alarm"
-
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return "AlarmName"
-
-    @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return attr == "Arn"
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.name  # Ref of an alarm is its name
-
-    def get_cfn_attribute(self, attribute_name: str) -> str:
-        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
-
-        if attribute_name == "Arn":
-            return self.arn
-        raise UnformattedGetAttTemplateException()
 
     @classmethod
     def create_from_cloudformation_json(  # type: ignore[override]
@@ -276,14 +272,6 @@ class MetricAlarm(CloudFormationModel):
         return cls(name=resource_name, arn=alarm.alarm_arn)
 
     @classmethod
-    def update_from_cloudformation_json(  # type: ignore[override]
-        cls, original_resource: "MetricAlarm", new_resource_name: str, cloudformation_json: dict[str, Any],
-        account_id: str, region_name: str,
-    ) -> "MetricAlarm":
-        original_resource.delete(account_id, region_name)
-        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
-
-    @classmethod
     def delete_from_cloudformation_json(  # type: ignore[override]
         cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
     ) -> None:
@@ -300,33 +288,17 @@ _TRANSFORMATION_KEYS = {
 }
 
 
-class LogMetricFilter(CloudFormationModel):
+class LogMetricFilter(_ExtensionType, CloudFormationModel):
     """AWS::Logs::MetricFilter -> PutMetricFilter on an existing log group."""
+
+    CFN_TYPE = "AWS::Logs::MetricFilter"
+    NAME_PROPERTY = "FilterName"
+    GETATT: ClassVar[Mapping[str, str]] = {}  # a metric filter has no GetAtt attributes
+    REF = "name"  # Ref of a metric filter is its name
 
     def __init__(self, *, name: str, log_group_name: str) -> None:
         self.name = name
         self.log_group_name = log_group_name
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::Logs::MetricFilter"
-
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return "FilterName"
-
-    @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return False
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.name  # Ref of a metric filter is its name
-
-    def get_cfn_attribute(self, attribute_name: str) -> str:
-        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
-
-        raise UnformattedGetAttTemplateException()
 
     @classmethod
     def create_from_cloudformation_json(  # type: ignore[override]
@@ -348,14 +320,6 @@ class LogMetricFilter(CloudFormationModel):
         return cls(name=resource_name, log_group_name=group)
 
     @classmethod
-    def update_from_cloudformation_json(  # type: ignore[override]
-        cls, original_resource: "LogMetricFilter", new_resource_name: str, cloudformation_json: dict[str, Any],
-        account_id: str, region_name: str,
-    ) -> "LogMetricFilter":
-        original_resource.delete(account_id, region_name)
-        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
-
-    @classmethod
     def delete_from_cloudformation_json(  # type: ignore[override]
         cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
     ) -> None:
@@ -366,36 +330,18 @@ class LogMetricFilter(CloudFormationModel):
         logs_backends[account_id][region_name].delete_metric_filter(self.name, self.log_group_name)
 
 
-class TopicPolicy(CloudFormationModel):
+class TopicPolicy(_ExtensionType, CloudFormationModel):
     """AWS::SNS::TopicPolicy -> SetTopicAttributes(Policy) on each topic; deletion restores the default."""
+
+    CFN_TYPE = "AWS::SNS::TopicPolicy"
+    NAME_PROPERTY = ""
+    GETATT = {"Id": "name"}
+    REF = "name"
 
     def __init__(self, *, name: str, topic_arns: list[str], region_name: str) -> None:
         self.name = name
         self.topic_arns = topic_arns
         self.region_name = region_name
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::SNS::TopicPolicy"
-
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return ""
-
-    @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return attr == "Id"
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.name
-
-    def get_cfn_attribute(self, attribute_name: str) -> str:
-        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
-
-        if attribute_name == "Id":
-            return self.name
-        raise UnformattedGetAttTemplateException()
 
     @classmethod
     def create_from_cloudformation_json(  # type: ignore[override]
@@ -410,14 +356,6 @@ class TopicPolicy(CloudFormationModel):
         for arn in topics:
             backend.get_topic(arn).policy = json.dumps(document)  # raises NotFound for an unknown topic
         return cls(name=resource_name, topic_arns=topics, region_name=region_name)
-
-    @classmethod
-    def update_from_cloudformation_json(  # type: ignore[override]
-        cls, original_resource: "TopicPolicy", new_resource_name: str, cloudformation_json: dict[str, Any],
-        account_id: str, region_name: str,
-    ) -> "TopicPolicy":
-        original_resource.delete(account_id, region_name)
-        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
 
     @classmethod
     def delete_from_cloudformation_json(  # type: ignore[override]
