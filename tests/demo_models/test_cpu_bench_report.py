@@ -1,0 +1,63 @@
+"""bench/cpu_spec.py's reporting: ratios, greedy-parity flags, table and plot, on hand-made results."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("cpu_spec", ROOT / "bench" / "cpu_spec.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _result(name, method, k, tps, cpu_tps, al, tokens, target_fw, drafter_fw):
+    return {"name": name, "method": method, "k": k, "tokens_per_s": tps, "tokens_per_cpu_s": cpu_tps,
+            "acceptance_length": al, "token_ids": tokens, "drafter_forwards_per_step": drafter_fw,
+            "target_forwards_per_output_token": target_fw, "drafter_share_of_time": 0.2}
+
+
+def test_summary_ratios_and_parity(bench, tmp_path):
+    same, other = [[1, 2, 3]], [[1, 2, 4]]
+    results = [
+        _result("plain", "plain", 0, 10.0, 20.0, None, same, 1.0, 0.0),
+        _result("eagle3-k3", "eagle3", 3, 15.0, 30.0, 3.0, same, 0.33, 3.0),
+        _result("eagle3-k5", "eagle3", 5, 12.0, 24.0, 3.2, same, 0.31, 5.0),
+        _result("p-eagle-k5", "p-eagle", 5, 18.0, 36.0, 3.6, other, 0.28, 1.0),
+        _result("plain-end", "plain", 0, 14.0, 20.0, None, same, 1.0, 0.0),
+    ]
+    summary = bench.summarise(results)
+    assert summary["plain_tokens_per_s_baseline"] == 12.0
+    assert summary["plain_drift_end_over_start"] == 1.4
+    assert summary["eagle3_best_k"] == 3 and summary["p_eagle_best_k"] == 5
+    assert summary["p_eagle_best_vs_plain"] == 1.5
+    assert summary["p_eagle_best_vs_eagle3_best"] == 1.2
+    assert summary["al_ratio_p_eagle_over_eagle3_k5"] == pytest.approx(3.6 / 3.2, abs=1e-3)
+    # A speculative run whose greedy tokens differ from plain decoding must be flagged.
+    assert summary["all_identical_to_plain"] is False
+    assert [r["identical_to_plain"] for r in results] == [True, True, True, False, True]
+    text = bench.table(results)
+    assert "p-eagle-k5" in text and "False" in text
+    bench.plot(results, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 10_000
+
+
+def test_cycles_keep_the_fastest_timing_and_reject_changed_output(bench):
+    first = dict(_result("p-eagle-k4", "p-eagle", 4, 100.0, 90.0, 3.8, [[1, 2]], 0.3, 1.0),
+                 generate_s=2.0, cpu_s=2.2, rounds_s=[2.0], target_forward_s=1.0, drafter_forward_s=0.4,
+                 target_share_of_time=0.5, target_forward_ms=3.0, drafter_forward_ms=1.0)
+    faster = dict(first, tokens_per_s=200.0, generate_s=1.0, tokens_per_cpu_s=80.0, cpu_s=2.5, rounds_s=[1.0],
+                  drafter_forward_ms=0.8)
+    merged = bench._merge_cycles(bench._merge_cycles(None, first), faster)
+    assert merged["tokens_per_s"] == 200.0 and merged["generate_s"] == 1.0 and merged["drafter_forward_ms"] == 0.8
+    assert merged["tokens_per_cpu_s"] == 90.0  # the first cycle had the better CPU time
+    assert merged["cycles_generate_s"] == [2.0, 1.0]
+    with pytest.raises(RuntimeError, match="changed between cycles"):
+        bench._merge_cycles(merged, dict(faster, token_ids=[[1, 3]]))
