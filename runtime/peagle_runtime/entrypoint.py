@@ -31,6 +31,7 @@ from peagle_contract.serving import (
 )
 
 from peagle_runtime.drafter_check import DrafterCheckError, check_drafter_dir
+from peagle_runtime.plugin import switch_value as fused_draft_switch
 
 SAGEMAKER_PORT = 8080
 DEFAULT_HOST = "0.0.0.0"
@@ -127,6 +128,10 @@ def build_command(env: Mapping[str, str], extra_args: Sequence[str] = (), *,
         raise EntrypointError(f"{MODEL_VAR}: directory {target} does not exist")
     host, port = _check_listener(env)
     _check_extra_args(extra_args)
+    try:
+        fused_draft_switch(env)  # vLLM would only load the plugin (and fail) after minutes of start-up
+    except ValueError as exc:
+        raise EntrypointError(str(exc)) from None
 
     argv = environment_to_argv(env)
     argv += ["--host", host, "--port", str(port), "--middleware", MIDDLEWARE]

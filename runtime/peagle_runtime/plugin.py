@@ -33,7 +33,7 @@ import json
 import logging
 import os
 import tempfile
-from typing import Any
+from typing import Any, Mapping
 
 SUPPORTED_VLLM = "0.32.0"
 ENV_SWITCH = "PEAGLE_FUSED_DRAFT"
@@ -48,16 +48,20 @@ _state: dict[str, Any] = {"original": None, "calls": 0, "rows": 0, "verified": 0
                           "past_end_rows": 0, "rejected_rows": 0, "max_live_position": -1}
 
 
-def _switch() -> str:
-    value = os.environ.get(ENV_SWITCH, "auto").strip().lower() or "auto"
+def switch_value(env: Mapping[str, str] = os.environ) -> str:
+    """The switch's value; ValueError naming the variable when it is not one of the three allowed.
+
+    The entrypoint calls this too, so a bad value stops the container before vLLM starts.
+    """
+    value = env.get(ENV_SWITCH, "auto").strip().lower() or "auto"
     if value not in ("0", "1", "auto"):
-        raise ValueError(f"{ENV_SWITCH} must be '0', '1' or 'auto', got {value!r}")
+        raise ValueError(f"{ENV_SWITCH}: got {value!r}; allowed: '0', '1' or 'auto'")
     return value
 
 
 def _decide() -> tuple[bool, str | None]:
     """(install?, reason to log when not). A None reason means stay silent."""
-    switch = _switch()
+    switch = switch_value()
     if switch == "0":
         return False, None
     import vllm

@@ -136,6 +136,7 @@ REFUSALS = [
     ("api-key", lambda p, t: {**_env_for(p), "SM_VLLM_API_KEY": "secret"}, "SM_VLLM_API_KEY: not allowed"),
     ("multi-line", lambda p, t: {**_env_for(p), "SM_VLLM_MAX_MODEL_LEN": "512\n--api-key x"}, "single line"),
     ("port-override", lambda p, t: {**_env_for(p), "SM_VLLM_PORT": "9000"}, "SM_VLLM_PORT: not allowed"),
+    ("fused-draft-switch", lambda p, t: {**_env_for(p), "PEAGLE_FUSED_DRAFT": "yes"}, "PEAGLE_FUSED_DRAFT: got 'yes'"),
     ("no-spec", lambda p, t: {k: v for k, v in _env_for(p).items() if k != "SM_VLLM_SPECULATIVE_CONFIG"}, "is required"),
 ]
 
