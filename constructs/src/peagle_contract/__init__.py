@@ -2,7 +2,6 @@
 
 from peagle_contract.request_log import EVENT_NAME, METRIC_FIELDS, MetricField, format_line, parse_line
 from peagle_contract.serving import (
-    DRAFTER_CHANNEL,
     DRAFTER_MODEL_DIR,
     TARGET_MODEL_DIR,
     ServingConfig,
@@ -12,7 +11,7 @@ from peagle_contract.serving import (
 )
 
 __all__ = [
-    "DRAFTER_CHANNEL", "DRAFTER_MODEL_DIR", "EVENT_NAME", "METRIC_FIELDS", "MetricField", "ServingConfig",
+    "DRAFTER_MODEL_DIR", "EVENT_NAME", "METRIC_FIELDS", "MetricField", "ServingConfig",
     "ServingConfigError", "TARGET_MODEL_DIR", "check_environment", "environment_to_argv", "format_line",
     "parse_line",
 ]

@@ -17,11 +17,12 @@ from typing import Mapping
 ENV_PREFIX = "SM_VLLM_"
 SPECULATIVE_CONFIG_VAR = "SM_VLLM_SPECULATIVE_CONFIG"
 
-# Where SageMaker puts the weights inside the container: the primary ModelDataSource lands in
-# /opt/ml/model, each AdditionalModelDataSource in /opt/ml/additional-model-data-sources/<channel>/.
+# Where SageMaker puts the weights inside the container: the model's one ModelDataSource lands in
+# /opt/ml/model (CloudFormation's AWS::SageMaker::Model has no AdditionalModelDataSources), so target and
+# drafter travel as one bundle. The defaults here are the bundle with the drafter inside the target's
+# prefix; the constructs pass the folders of the layout they deploy.
 TARGET_MODEL_DIR = "/opt/ml/model"
-DRAFTER_CHANNEL = "drafter"
-DRAFTER_MODEL_DIR = f"/opt/ml/additional-model-data-sources/{DRAFTER_CHANNEL}"
+DRAFTER_MODEL_DIR = f"{TARGET_MODEL_DIR}/drafter"
 
 # P-EAGLE is vLLM's eagle3 method with parallel drafting; Model Runner V2 refuses parallel drafting.
 SPEC_METHOD = "eagle3"
@@ -157,9 +158,8 @@ class ServingConfig:
         """The container environment, by the DLC rule (``SM_VLLM_X_Y`` -> ``--x-y``).
 
         ``target_dir`` / ``drafter_dir`` say where S3 weights appear in the container; the defaults are the
-        primary ModelDataSource and the ``drafter`` channel. CloudFormation's AWS::SageMaker::Model has no
-        AdditionalModelDataSources, so the CDK constructs deliver both models through one ModelDataSource
-        and pass the two sub-folders of /opt/ml/model here.
+        bundle with the drafter inside the target's prefix. The CDK constructs pass the folders of the
+        bundle layout they deploy (e.g. /opt/ml/model/target and /opt/ml/model/drafter).
         """
         target = target_dir if is_s3_uri(self.target_model) else self.target_model
         args: dict[str, str | int | float | bool] = {
@@ -261,7 +261,7 @@ def check_environment(env: Mapping[str, str]) -> dict:
             raise ServingConfigError(name, "not allowed: SageMaker strips the Authorization header, so every request would fail")
     raw = env.get(SPECULATIVE_CONFIG_VAR)
     if raw is None:
-        raise ServingConfigError(SPECULATIVE_CONFIG_VAR, "is required: a P-EAGLE config such as "
-                                 '{"method":"eagle3","model":"/opt/ml/additional-model-data-sources/drafter",'
-                                 '"num_speculative_tokens":7,"parallel_drafting":true}')
+        example = minified_json({"method": SPEC_METHOD, "model": DRAFTER_MODEL_DIR, "num_speculative_tokens": 7,
+                                 "parallel_drafting": True})
+        raise ServingConfigError(SPECULATIVE_CONFIG_VAR, f"is required: a P-EAGLE config such as {example}")
     return parse_speculative_config(raw)
