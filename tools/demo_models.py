@@ -23,11 +23,11 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tools import model_cache
 from tools import model_layout as layout
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -174,23 +174,14 @@ def build(out_dir: str | Path | None = None, *, force: bool = False, log=print) 
         cached = _read(root)
         if cached is not None:
             return cached
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    # Train beside the cache and rename into place: a reader never sees half a pair.
-    tmp = Path(tempfile.mkdtemp(prefix="demo-build-", dir=CACHE_DIR))
-    try:
+
+    def train_into(tmp: Path) -> None:
         _write(tmp, log=log)
         report = json.loads((tmp / "training.json").read_text())
         report["recipe_hash"] = root.name
         (tmp / "training.json").write_text(json.dumps(report, indent=2) + "\n")
-        if root.exists() and force:
-            shutil.rmtree(root)
-        try:
-            os.rename(tmp, root)
-        except OSError:  # another builder finished first: keep its copy
-            pass
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    model_cache.publish(root, train_into, prefix="demo-build-", replace=force)
     pair = _read(root)
     assert pair is not None
     return pair

@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tools import model_cache
 from tools import model_layout as layout
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -102,18 +101,7 @@ def build(out_dir: str | Path | None = None) -> TinyPair:
     cached = _read(root)
     if cached is not None:
         return cached
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    # Build beside the cache and rename into place, so concurrent builders never see half a pair.
-    tmp = Path(tempfile.mkdtemp(prefix="tiny-build-", dir=CACHE_DIR))
-    try:
-        _write(tmp)
-        try:
-            os.rename(tmp, root)
-        except OSError:  # another process won the race: use its copy
-            shutil.rmtree(tmp, ignore_errors=True)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    model_cache.publish(root, _write, prefix="tiny-build-")
     pair = _read(root)
     assert pair is not None
     return pair
