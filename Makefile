@@ -2,22 +2,16 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
-export CDK_DISABLE_CLI_TELEMETRY := true
-export AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED := true
-export HF_HUB_OFFLINE := 1
-export VLLM_CPU_KVCACHE_SPACE ?= 1
-CDK := npx --no-install cdk --no-notices
 ENV ?= dev
 TARGET ?= local
 # The pull request's base: origin/main in a clone, else the local main branch.
 BASE ?= $(shell git rev-parse --verify -q origin/main >/dev/null && echo origin/main || echo main)
 
-.PHONY: setup synth test diff deploy destroy serve invoke demo models demo-models bench bench-synth bench-cpu bench-kernel bench-kernel-smoke clean
+.PHONY: setup synth test diff deploy destroy serve invoke demo models demo-models wheels bench bench-synth bench-cpu bench-kernel bench-kernel-smoke clean
 
 setup: $(VENV)/.installed node_modules/.installed
 
-$(VENV)/.installed: requirements.txt runtime/requirements-cpu.txt constructs/pyproject.toml runtime/pyproject.toml
+$(VENV)/.installed: requirements.txt runtime/requirements-cpu.txt VERSION contract/pyproject.toml constructs/pyproject.toml runtime/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
@@ -31,34 +25,38 @@ node_modules/.installed: package.json package-lock.json
 
 synth: setup
 	rm -rf cdk.out
-	$(CDK) synth --quiet
+	$(PY) -m harness.cdk synth --output cdk.out
 
 test: setup
 	$(PY) -m pytest tests
 
 diff: setup
-	$(PY) -m tools.stack_diff --base $(BASE)
+	$(PY) -m review.stack_diff --base $(BASE)
 
 deploy: setup
-	$(PY) -m tools.local_deploy deploy --env $(ENV) --target $(TARGET)
+	$(PY) -m harness.deploy deploy --env $(ENV) --target $(TARGET)
 
 destroy: setup
-	$(PY) -m tools.local_deploy destroy --env $(ENV) --target $(TARGET)
+	$(PY) -m harness.deploy destroy --env $(ENV) --target $(TARGET)
 
 models: setup
-	$(PY) -m tools.tiny_models
+	$(PY) -m models.tiny
 
 demo-models: setup
-	$(PY) -m tools.demo_models
+	$(PY) -m models.demo_pair
 
 serve: setup
-	$(PY) -m tools.serve_local
+	$(PY) -m harness.serve
 
 invoke: setup
-	$(PY) -m tools.invoke_local
+	$(PY) -m harness.invoke
 
 demo: setup
-	$(PY) -m tools.demo
+	$(PY) -m demo
+
+# The three wheels (contract, constructs, runtime) at VERSION, into dist/.
+wheels: setup
+	$(PY) -m stacks.release dist
 
 bench: bench-synth bench-cpu
 
@@ -79,4 +77,4 @@ bench-kernel-smoke: setup
 	$(PY) bench/drafter_vs_k.py --smoke
 
 clean:
-	rm -rf cdk.out .pytest_cache
+	rm -rf cdk.out .pytest_cache dist .cache/image-context

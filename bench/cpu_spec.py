@@ -3,7 +3,7 @@
     make bench-cpu                      # or: .venv/bin/python bench/cpu_spec.py [--p-eagle-k 3 4 5 7] ...
 
 Every configuration runs in its own child process (one vLLM engine each, so Prometheus counters start at
-zero) with the same held-out prompts (tools.trainer.corpus.held_out_prompts, never in the training data)
+zero) with the same held-out prompts (models.trainer.corpus.held_out_prompts, never in the training data)
 and the same engine settings: fp32, enforce_eager, greedy, batch 1, fixed output length. Per config:
 
 - output tokens/s over the timed requests (one request at a time, after a warm-up request);
@@ -28,22 +28,17 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
+sys.path.insert(0, str(REPO_ROOT))
 
-ENGINE_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "HF_HUB_OFFLINE": "1",
-    "VLLM_USE_V2_MODEL_RUNNER": "0",
+from harness import spec_metrics  # noqa: E402 - the repository's own packages, after the path is set
+from harness.runtime import cpu_engine_environment  # noqa: E402
+
+# What every engine of the run gets on top of the CPU settings (Intel OpenMP preloaded, plain runs too).
+BENCH_ENV = {
     "PEAGLE_FUSED_DRAFT": "0",
     # Engine core in this process, so forward hooks can be installed on the models.
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "TOKENIZERS_PARALLELISM": "false",
 }
-# vLLM's CPU worker warns that speculative decoding without Intel OpenMP preloaded loses a lot; measured here
-# it was 4-20x slower (GNU OpenMP's thread pool under load), and plain decoding too varied widely. The wheel
-# ships libiomp5 in the venv's lib folder: preload it for every config, plain included, so all run alike.
-_IOMP = Path(sys.prefix) / "lib" / "libiomp5.so"
-if _IOMP.is_file():
-    ENGINE_ENV["LD_PRELOAD"] = str(_IOMP)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -78,20 +73,6 @@ def _read_counters(worker) -> dict:
     return dict(worker._bench_counts)
 
 
-def _spec_counters(llm) -> dict[str, float]:
-    out = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0}
-    names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
-             "vllm:spec_decode_num_accepted_tokens": "accepted"}
-    per_pos: list[float] = []
-    for metric in llm.get_metrics():
-        if metric.name in names:
-            out[names[metric.name]] += float(metric.value)
-        elif metric.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-            per_pos = [float(v) for v in metric.values]
-    out["accepted_per_pos"] = per_pos
-    return out
-
-
 def run_child(config: dict) -> dict:
     from vllm import LLM, SamplingParams
 
@@ -105,7 +86,7 @@ def run_child(config: dict) -> dict:
     params = SamplingParams(temperature=0.0, max_tokens=config["max_tokens"], ignore_eos=True)
     llm.generate([config["warmup_prompt"]], params, use_tqdm=False)
     llm.collective_rpc(_install_counters)
-    before = _spec_counters(llm)
+    before = spec_metrics.from_engine(llm.get_metrics())
     outputs: list[list[int]] = []
     texts: list[str] = []
     walls: list[float] = []
@@ -125,7 +106,7 @@ def run_child(config: dict) -> dict:
                 texts.append(result.outputs[0].text)
         if round_no == 0:
             outputs = round_outputs
-            after = _spec_counters(llm)
+            after = spec_metrics.from_engine(llm.get_metrics())
             passes = llm.collective_rpc(_read_counters)[0]
             first_round_s = elapsed
         elif round_outputs != outputs:
@@ -134,10 +115,8 @@ def run_child(config: dict) -> dict:
         cpus.append(cpu)
     elapsed, cpu = min(walls), min(cpus)
     out_tokens = sum(len(o) for o in outputs)
-    drafts = after["drafts"] - before["drafts"]
-    accepted = after["accepted"] - before["accepted"]
-    per_pos = [a - b for a, b in zip(after["accepted_per_pos"], before["accepted_per_pos"] or
-                                     [0.0] * len(after["accepted_per_pos"]))]
+    spec = after - before
+    drafts, accepted = spec.drafts, spec.accepted
     return {
         "name": config["name"], "method": config["method"], "k": config["k"],
         "engine_start_s": round(start_s, 1), "generate_s": round(elapsed, 3),
@@ -150,9 +129,9 @@ def run_child(config: dict) -> dict:
         "target_share_of_time": round(passes["target_s"] / first_round_s, 3),
         "target_forward_ms": round(1000 * passes["target_s"] / max(passes["target"], 1), 3),
         "drafter_forward_ms": round(1000 * passes["drafter_s"] / max(passes["drafter"], 1), 3),
-        "drafts": drafts, "draft_tokens": after["draft_tokens"] - before["draft_tokens"], "accepted": accepted,
-        "acceptance_length": round(1 + accepted / drafts, 3) if drafts else None,
-        "accepted_per_position": [round(x / drafts, 3) for x in per_pos] if drafts else [],
+        "drafts": drafts, "draft_tokens": spec.draft_tokens, "accepted": accepted,
+        "acceptance_length": round(spec.acceptance_length, 3) if drafts else None,
+        "accepted_per_position": [round(x, 3) for x in spec.per_position_rates()],
         "target_forwards": passes["target"], "drafter_forwards": passes["drafter"],
         "target_forwards_per_output_token": round(passes["target"] / out_tokens, 4),
         # A step is one target forward (prefill or verify); the drafter runs after each, prefill included.
@@ -166,7 +145,7 @@ def run_child(config: dict) -> dict:
 # ---------------------------------------------------------------------------------------------------
 
 def _configs(pair, args) -> list[dict]:
-    from tools.trainer.corpus import held_out_prompts
+    from models.trainer.corpus import held_out_prompts
 
     base = {"target": str(pair.target), "prompts": held_out_prompts(args.prompts), "max_tokens": args.max_tokens,
             "rounds": args.rounds, "warmup_prompt": "def add_total(x):\n"}
@@ -187,7 +166,7 @@ def _run_config(config: dict, workdir: Path) -> dict:
     cfg_path = workdir / f"{config['name']}.config.json"
     out_path = workdir / f"{config['name']}.result.json"
     cfg_path.write_text(json.dumps(config))
-    env = dict(os.environ, **ENGINE_ENV, PYTHONPATH=str(REPO_ROOT))
+    env = {**cpu_engine_environment(), **BENCH_ENV, "PYTHONPATH": str(REPO_ROOT)}
     log_path = workdir / f"{config['name']}.log"
     with log_path.open("w") as log:
         proc = subprocess.run([sys.executable, __file__, "--child", str(cfg_path), "--child-out", str(out_path)],
@@ -312,13 +291,12 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.child_out).write_text(json.dumps(result))
         return 0
 
-    sys.path.insert(0, str(REPO_ROOT))
-    from tools import demo_models
+    from models import demo_pair
 
-    pair = demo_models.existing_pair()
+    pair = demo_pair.existing_pair()
     if pair is None:
-        print("demo pair not built yet: training it now (python -m tools.demo_models)", flush=True)
-        pair = demo_models.build()
+        print("demo pair not built yet: training it now (python -m models.demo_pair)", flush=True)
+        pair = demo_pair.build()
     out_dir = Path(args.out)
     work = out_dir / "cpu_spec_runs"
     work.mkdir(parents=True, exist_ok=True)
@@ -340,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "load_average": os.getloadavg()},
         "settings": {"dtype": "float32", "enforce_eager": True, "batch": 1, "greedy": True,
                      "prompts": args.prompts, "max_tokens": args.max_tokens, "rounds": args.rounds,
-                     "cycles": args.cycles, "timing": "fastest round of wall time and of process CPU time", **ENGINE_ENV},
+                     "cycles": args.cycles, "timing": "fastest round of wall time and of process CPU time",
+                     "intel_openmp_preloaded": "libiomp5" in cpu_engine_environment().get("LD_PRELOAD", ""), **BENCH_ENV},
         "models": {"target": str(pair.target), "p_eagle": str(pair.drafter), "eagle3": str(pair.eagle3_drafter),
                    "training": pair.report()},
         "summary": summary,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from aws_cdk import Stack, Tags
+from aws_cdk import DefaultStackSynthesizer, Stack, Tags
 from constructs import Construct
 
 from peagle_constructs import ContainerImage, PEagleEndpoint
 
 from stacks.environments import EnvironmentConfig
+from stacks.release import IMAGE_TAG_PREFIX
 
 STACK_ID = "PEagle"
 ENDPOINT_ID = "Serving"
@@ -19,6 +20,7 @@ class PEagleStack(Stack):
         super().__init__(
             scope, id,
             description=f"P-EAGLE (vLLM parallel speculative decoding) on SageMaker: {config.name}",
+            synthesizer=DefaultStackSynthesizer(docker_tag_prefix=IMAGE_TAG_PREFIX),
             **kwargs,
         )
         self.config = config

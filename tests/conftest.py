@@ -1,4 +1,4 @@
-"""Shared by several test folders: quiet jsii/CDK settings and ONE synthesis of the app per session.
+"""Shared by several test folders: quiet jsii/CDK settings, offline hub, ONE synthesis of the app per session.
 
 Starting jsii (a Node process) and building the three stages costs seconds; every CDK test in a session
 shares the same process, and the stage tests share one synthesized app.
@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-os.environ.setdefault("CDK_DISABLE_CLI_TELEMETRY", "true")
-os.environ.setdefault("AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED", "true")
+from harness.cdk import QUIET_CDK_ENV
+
+for _name, _value in QUIET_CDK_ENV.items():
+    os.environ.setdefault(_name, _value)
+# Every model here is a local folder: transformers and vLLM must never ask a hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # The image the embedded-AWS deploys use (no Docker there): same value as tests/deploy.
 LOCAL_IMAGE_URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/peagle-runtime:test"
@@ -50,3 +53,11 @@ def synthesized_app(tmp_path_factory: pytest.TempPathFactory) -> SynthesizedApp:
 def synthesized_assembly(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cloud assembly of all stages with `-c imageUri=LOCAL_IMAGE_URI`, for deploys to an embedded AWS."""
     return _synthesize(tmp_path_factory.mktemp("cdk-out-image-uri"), {"imageUri": LOCAL_IMAGE_URI}).outdir
+
+
+@pytest.fixture(scope="session")
+def tiny_pair():
+    """The tiny random target + P-EAGLE drafter (models.tiny): built in seconds, cached by content."""
+    from models.tiny import build
+
+    return build()

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from peagle_contract.drafter import DrafterCheckError, check_drafter_dir
 from peagle_contract.serving import (
     ENV_PREFIX,
     FORBIDDEN_FLAGS,
@@ -30,7 +31,6 @@ from peagle_contract.serving import (
     environment_to_argv,
 )
 
-from peagle_runtime.drafter_check import DrafterCheckError, check_drafter_dir
 from peagle_runtime.plugin import switch_value as fused_draft_switch
 
 SAGEMAKER_PORT = 8080

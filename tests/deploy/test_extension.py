@@ -8,7 +8,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tools.local_aws import cfn_types, fidelity
+from harness.aws import cfn_types, fidelity
 
 # Fake credentials, us-east-1 and the extension loaded, for every test here (conftest.py).
 pytestmark = pytest.mark.usefixtures("moto_region")

@@ -9,7 +9,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from tools.local_aws import server
+from harness.aws import server
 
 ALARM_TEMPLATE = {"Resources": {"Alarm": {"Type": "AWS::CloudWatch::Alarm", "Properties": {
     "AlarmName": "peagle-ttft", "Namespace": "PEagle/Serving", "MetricName": "TimeToFirstToken",
@@ -42,7 +42,7 @@ def test_server_loads_the_extension_and_stops_by_pid(tmp_path: Path) -> None:
         pid = server.stop(state_dir=tmp_path)
     assert pid == emulator.pid
     assert not (tmp_path / "emulator.json").exists()
-    assert not Path(f"/proc/{pid}").exists() or b"tools.local_aws.server" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    assert not Path(f"/proc/{pid}").exists() or b"harness.aws.server" not in Path(f"/proc/{pid}/cmdline").read_bytes()
     assert server.stop(state_dir=tmp_path) is None  # nothing left to stop
 
 

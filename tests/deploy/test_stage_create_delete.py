@@ -10,9 +10,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tools.local_aws import inventory
-
-STAGES = ("Dev", "Staging", "Prod")
+from harness.aws import inventory
+from tests.stacks.template_helpers import STAGES
 
 # Fake credentials, the region set and the extension loaded, for every test here (conftest.py).
 pytestmark = pytest.mark.usefixtures("moto_region")

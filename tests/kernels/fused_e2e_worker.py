@@ -27,24 +27,21 @@ NEAR_LIMIT_PROMPT_TOKENS = MAX_MODEL_LEN - 6
 
 def main() -> int:
     mode, target, drafter, k = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    from harness import spec_metrics
+    from peagle_contract.serving import speculative_config
     from vllm import LLM, SamplingParams
 
     kwargs = dict(model=target, dtype="float32", enforce_eager=True, max_model_len=MAX_MODEL_LEN, seed=0,
                   max_num_seqs=8, enable_prefix_caching=False, disable_log_stats=False)
     if mode == "spec":
-        kwargs["speculative_config"] = {"method": "eagle3", "model": drafter, "num_speculative_tokens": k,
-                                        "parallel_drafting": True}
+        kwargs["speculative_config"] = speculative_config(drafter, num_speculative_tokens=k)
     llm = LLM(**kwargs)
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
     ids = llm.get_tokenizer().encode(" ".join(PROMPTS) * 8, add_special_tokens=False)[:NEAR_LIMIT_PROMPT_TOKENS]
     assert len(ids) == NEAR_LIMIT_PROMPT_TOKENS
     outputs = llm.generate([*PROMPTS, {"prompt_token_ids": ids}], params)
-    metrics = {}
-    for metric in llm.get_metrics():
-        if metric.name.startswith("vllm:spec_decode_num_"):
-            value = getattr(metric, "value", None)
-            if value is not None:
-                metrics[metric.name] = value
+    counters = spec_metrics.from_engine(llm.get_metrics())
+    metrics = {"drafts": counters.drafts, "draft_tokens": counters.draft_tokens, "accepted": counters.accepted}
     print("E2E_RESULT " + json.dumps({"tokens": [list(o.outputs[0].token_ids) for o in outputs], "metrics": metrics}))
     return 0
 

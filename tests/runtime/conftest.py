@@ -1,16 +1,10 @@
-"""Fixtures for the serving-runtime tests: the tiny model pair and engines started once per session."""
+"""Fixtures for the serving-runtime tests: engines on the tiny pair, started once per session."""
 
 from __future__ import annotations
 
 import pytest
 
 from runtime_server import FIGURES, READY_TIMES, RuntimeServer
-from tools.tiny_models import build
-
-
-@pytest.fixture(scope="session")
-def tiny_pair():
-    return build()
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +23,6 @@ def engines(tiny_pair, tmp_path_factory):
     finally:
         for server in (spec, base):
             server.stop()
-            server.kill_group()
 
 
 @pytest.fixture(scope="session")

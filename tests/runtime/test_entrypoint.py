@@ -8,11 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from peagle_contract.drafter import MASK_HIDDEN, MASK_TOKEN_WRITE_KEY
 from peagle_contract.serving import ServingConfig
 
+from models import layout
 from peagle_runtime import entrypoint
 from peagle_runtime.entrypoint import EntrypointError, build_command
-from tools import model_layout
 
 
 @pytest.fixture(scope="module")
@@ -100,9 +101,9 @@ def _broken_drafter(tiny_pair, tmp_path, *, drop_mask_hidden=False, drop_token=F
     cfg = json.loads((tiny_pair.drafter / "config.json").read_text())
     weights = load_file(str(tiny_pair.drafter / "model.safetensors"))
     if drop_token:
-        del cfg[model_layout.MASK_TOKEN_KEY]
+        del cfg[MASK_TOKEN_WRITE_KEY]
     if drop_mask_hidden:
-        del weights[model_layout.MASK_HIDDEN_KEY]
+        del weights[MASK_HIDDEN]
         from safetensors.torch import save_file
 
         out = tmp_path / "drafter"
@@ -110,8 +111,8 @@ def _broken_drafter(tiny_pair, tmp_path, *, drop_mask_hidden=False, drop_token=F
         save_file({k: v.contiguous() for k, v in weights.items()}, str(out / "model.safetensors"))
         (out / "config.json").write_text(json.dumps(cfg))
         return out
-    assert isinstance(weights[model_layout.MASK_HIDDEN_KEY], torch.Tensor)
-    return model_layout.write_drafter(tmp_path / "drafter", config=cfg, weights=weights)
+    assert isinstance(weights[MASK_HIDDEN], torch.Tensor)
+    return layout.write_drafter(tmp_path / "drafter", config=cfg, weights=weights)
 
 
 def _with_spec(env: dict[str, str], spec: dict | str) -> dict[str, str]:
@@ -155,7 +156,7 @@ def test_refuses_api_key_argument(tiny_pair):
 def test_console_script_exits_2_with_one_clear_line(tiny_pair, tmp_path):
     """The real process: a bad config ends it with status 2 and a message, without importing vLLM."""
     env = {"PATH": "/usr/bin:/bin", **_with_spec(_env_for(tiny_pair), _spec(tiny_pair, num_speculative_tokens=40))}
-    script = f"import sys, peagle_runtime.entrypoint as e; assert 'vllm' not in sys.modules; sys.exit(e.main(['serve']))"
+    script = "import sys, peagle_runtime.entrypoint as e; assert 'vllm' not in sys.modules; sys.exit(e.main(['serve']))"
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "SM_VLLM_SPECULATIVE_CONFIG.num_speculative_tokens: got 40; allowed: an integer in 1..32" in done.stderr

@@ -8,6 +8,8 @@ import shlex
 from pathlib import Path
 
 from peagle_runtime import entrypoint
+from stacks.image_context import IMAGE_DISTRIBUTIONS, WHEELS, image_context
+from stacks.release import VERSION_FILE, build_wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "runtime" / "Dockerfile"
@@ -43,13 +45,27 @@ def test_exec_form_entrypoint_that_accepts_serve():
     assert 'peagle-serve = "peagle_runtime.entrypoint:main"' in pyproject
 
 
-def test_copies_exist_and_install_is_no_deps():
+def test_the_context_holds_the_dockerfile_and_exactly_the_two_wheels_it_installs():
+    context = image_context()
+    assert (context / "Dockerfile").read_bytes() == DOCKERFILE.read_bytes()
     for word, rest in _instructions():
         if word == "COPY":
             *sources, _dest = shlex.split(rest)
             for src in sources:
-                assert (ROOT / src).exists(), f"COPY source {src} missing (build context is the repo root)"
+                assert (context / src).exists(), f"COPY source {src} is not in the build context {context}"
+    version = VERSION_FILE.read_text().strip()
+    wheels = sorted(p.name for p in (context / WHEELS).iterdir())
+    assert wheels == [f"peagle_contract-{version}-py3-none-any.whl", f"peagle_runtime-{version}-py3-none-any.whl"]
+    assert sorted(p.name for p in context.iterdir()) == ["Dockerfile", WHEELS]
     runs = " ".join(rest for word, rest in _instructions() if word == "RUN")
-    assert "pip install" in runs and "--no-deps" in runs
-    ignore = (ROOT / "runtime" / "Dockerfile.dockerignore").read_text().splitlines()
-    assert ignore[0 if ignore[0] == "*" else ignore.index("*")] == "*"  # only what the COPYs name is sent
+    # The wheels declare what they need (each other); vLLM is in neither, so nothing may be skipped.
+    assert "pip install" in runs and "--no-deps" not in runs
+
+
+def test_wheels_are_reproducible(tmp_path):
+    """Same sources, same bytes: the image asset's hash moves only when the image's code does."""
+    first = build_wheels(IMAGE_DISTRIBUTIONS, tmp_path / "a")
+    second = build_wheels(IMAGE_DISTRIBUTIONS, tmp_path / "b")
+    assert [p.name for p in first] == [p.name for p in second] and len(first) == 2
+    assert [p.read_bytes() for p in first] == [p.read_bytes() for p in second]
+    assert [p.read_bytes() for p in first] == [(image_context() / WHEELS / p.name).read_bytes() for p in first]

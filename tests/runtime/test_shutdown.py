@@ -10,7 +10,8 @@ import time
 import httpx
 import pytest
 
-from runtime_server import FIGURES, RuntimeServer, metric_total
+from harness import spec_metrics
+from runtime_server import FIGURES, RuntimeServer
 
 pytestmark = pytest.mark.engine
 
@@ -25,19 +26,16 @@ def server_k7(tiny_pair, tmp_path_factory):
         yield srv.start().wait_ready()
     finally:
         srv.stop()
-        srv.kill_group()
 
 
 def test_one_drafter_pass_per_step_at_k7(server_k7):
-    text0 = httpx.get(server_k7.base + "/metrics", timeout=30).text
+    before = spec_metrics.scrape(server_k7.base)
     calls0 = server_k7.drafter_calls()
     r = httpx.post(server_k7.base + "/invocations",
                    json={"prompt": "Once upon a time", "max_tokens": 40, "ignore_eos": True}, timeout=120)
     assert r.status_code == 200
-    text1 = httpx.get(server_k7.base + "/metrics", timeout=30).text
-    steps = metric_total(text1, "vllm:spec_decode_num_drafts_total") - metric_total(text0, "vllm:spec_decode_num_drafts_total")
-    tokens = (metric_total(text1, "vllm:spec_decode_num_draft_tokens_total")
-              - metric_total(text0, "vllm:spec_decode_num_draft_tokens_total"))
+    counted = spec_metrics.scrape(server_k7.base) - before
+    steps, tokens = counted.drafts, counted.draft_tokens
     passes = server_k7.drafter_calls() - calls0
     FIGURES["drafter passes, K=7"] = f"{passes} passes for {steps:.0f} verify steps (40 tokens)"
     assert tokens == K * steps  # each step verified a K-token draft ...

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-STAGES = ("Dev", "Staging", "Prod")
+from stacks.environments import ENVIRONMENTS
+
+STAGES = tuple(env.name for env in ENVIRONMENTS)
 
 
 def resources_of(template: dict, type_name: str) -> dict[str, dict]:

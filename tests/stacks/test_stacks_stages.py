@@ -7,7 +7,7 @@ import json
 import pytest
 
 from stacks.application import OFFLINE_ACCOUNT, OFFLINE_REGION
-from stacks.environments import DEV, ENVIRONMENTS, PROD, STAGING
+from stacks.environments import ENVIRONMENTS, PROD, STAGING
 from tests.stacks.template_helpers import STAGES, only
 
 
@@ -71,7 +71,6 @@ def test_dev_serves_gpt_oss_20b_with_p_eagle_k7_on_one_gpu(templates):
     _, config = only(templates["Dev"], "AWS::SageMaker::EndpointConfig")
     variant = config["Properties"]["ProductionVariants"][0]
     assert (variant["InstanceType"], variant["InitialInstanceCount"]) == ("ml.g6e.xlarge", 1)
-    assert DEV.serving.num_speculative_tokens == 7
 
 
 def test_weights_are_per_environment_prefixes(templates):
@@ -106,19 +105,21 @@ def test_rollback_alarms_are_the_stack_alarms(templates, name):
     assert {a["AlarmName"]["Ref"] for a in rollback} == alarms and len(alarms) == 4
 
 
-def test_default_image_is_the_runtime_dockerfile_asset(synthesized_app):
+def test_default_image_is_the_runtime_dockerfile_asset_tagged_with_the_release(synthesized_app):
+    from stacks.release import VERSION
+
     manifest = json.loads((synthesized_app.outdir / "assembly-Dev" /
                            f"{synthesized_app.stages['Dev'].stack.artifact_id}.assets.json").read_text())
     images = list(manifest["dockerImages"].values())
     assert len(images) == 1
     source = images[0]["source"]
-    assert source["dockerFile"] == "runtime/Dockerfile"
+    assert source["dockerFile"] == "Dockerfile"
     staged = synthesized_app.outdir / "assembly-Dev" / source["directory"]  # relative to its manifest
-    # Only what the Dockerfile copies is in the context (and the hash): no venv, tests or node_modules.
-    assert (staged / "runtime" / "Dockerfile").is_file()
-    assert (staged / "constructs" / "src" / "peagle_contract" / "serving.py").is_file()
-    for absent in (".venv", "node_modules", "tests", "cdk.out", ".git", "bench", "stacks"):
-        assert not (staged / absent).exists(), absent
+    # The context is the Dockerfile and the two wheels it installs: no sources, venv, tests or node_modules.
+    assert sorted(p.name for p in staged.iterdir()) == ["Dockerfile", "wheels"]
+    assert sorted(p.name.split("-")[0] for p in (staged / "wheels").iterdir()) == ["peagle_contract", "peagle_runtime"]
+    tags = {d["imageTag"] for d in images[0]["destinations"].values()}
+    assert len(tags) == 1 and tags.pop().startswith(f"{VERSION}-")
 
 
 def test_image_uri_context_switches_every_stage(synthesized_assembly):

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from aws_cdk import Aws, IgnoreMode
-from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from constructs import Construct
 
@@ -18,11 +17,10 @@ _ECR_URI = re.compile(
     r"(?P<repository>[a-z0-9]+(?:[._/-][a-z0-9]+)*)(?::[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$"
 )
 
-# Build-context entries that never belong in the serving image (and would churn the asset hash).
+# Build-context entries that belong in no image (and would churn the asset hash): VCS, environments, caches.
 DEFAULT_ASSET_EXCLUDES: tuple[str, ...] = (
-    ".git", ".venv", "**/.venv", "node_modules", "cdk.out", "cdk.out.*", ".cache", "**/.cache", "**/__pycache__",
-    "**/*.pyc", "**/*.egg-info", ".pytest_cache", "**/.pytest_cache", "tests", "bench", "tools", "stacks", "app.py",
-    "cdk.json", "cdk.context.json", "package.json", "package-lock.json", "README.md", ".ci", "build", ".github",
+    ".git", "**/.venv", "**/node_modules", "cdk.out", "cdk.out.*", "**/.cache", "**/__pycache__", "**/*.pyc",
+    "**/*.egg-info", "**/.pytest_cache",
 )
 
 
@@ -64,10 +62,6 @@ class ContainerImage:
             )
         return _UriImage(uri=uri, account=match["account"], region=match["region"], repository=match["repository"])
 
-    @staticmethod
-    def from_ecr_repository(repository: ecr.IRepository, tag: str = "latest") -> "ContainerImage":
-        return _RepositoryImage(repository=repository, tag=tag)
-
     def bind(self, scope: Construct) -> BoundImage:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -97,15 +91,3 @@ class _UriImage(ContainerImage):
     def bind(self, scope: Construct) -> BoundImage:
         arn = f"arn:{Aws.PARTITION}:ecr:{self.region}:{self.account}:repository/{self.repository}"
         return BoundImage(image_uri=self.uri, repository_arn=arn)
-
-
-class _RepositoryImage(ContainerImage):
-    def __init__(self, *, repository: ecr.IRepository, tag: str) -> None:
-        self.repository, self.tag = repository, tag
-
-    def bind(self, scope: Construct) -> BoundImage:
-        if self.tag.startswith("sha256:"):
-            uri = self.repository.repository_uri_for_digest(self.tag)
-        else:
-            uri = self.repository.repository_uri_for_tag(self.tag)
-        return BoundImage(image_uri=uri, repository_arn=self.repository.repository_arn)

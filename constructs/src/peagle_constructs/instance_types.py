@@ -18,7 +18,6 @@ _INSTANCE_TYPE = re.compile(r"^ml\.(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)?)\.(?
 
 @dataclass(frozen=True)
 class GpuFamily:
-    accelerator: str
     gpu_memory_gib: int  # per GPU
     local_nvme: bool  # instance-store volumes: no KMS key, no VolumeSizeInGB
     gpus_by_size: dict[str, int]
@@ -28,16 +27,16 @@ _SINGLE_TO_16X = {"xlarge": 1, "2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "16xlar
 
 # Storage kinds from the EC2/SageMaker instance-store tables; GPU counts per size from the instance pages.
 GPU_FAMILIES: dict[str, GpuFamily] = {
-    "g4dn": GpuFamily("NVIDIA T4", 16, True, {**_SINGLE_TO_16X, "12xlarge": 4}),
-    "g5": GpuFamily("NVIDIA A10G", 24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),
-    "g6": GpuFamily("NVIDIA L4", 24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),
-    "g6e": GpuFamily("NVIDIA L40S", 48, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),
-    "p3": GpuFamily("NVIDIA V100", 16, False, {"2xlarge": 1, "8xlarge": 4, "16xlarge": 8}),
-    "p4d": GpuFamily("NVIDIA A100 40GB", 40, True, {"24xlarge": 8}),
-    "p4de": GpuFamily("NVIDIA A100 80GB", 80, True, {"24xlarge": 8}),
-    "p5": GpuFamily("NVIDIA H100", 80, True, {"4xlarge": 1, "48xlarge": 8}),
-    "p5e": GpuFamily("NVIDIA H200", 141, True, {"48xlarge": 8}),
-    "p5en": GpuFamily("NVIDIA H200", 141, True, {"48xlarge": 8}),
+    "g4dn": GpuFamily(16, True, {**_SINGLE_TO_16X, "12xlarge": 4}),  # NVIDIA T4
+    "g5": GpuFamily(24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),  # NVIDIA A10G
+    "g6": GpuFamily(24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),  # NVIDIA L4
+    "g6e": GpuFamily(48, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),  # NVIDIA L40S
+    "p3": GpuFamily(16, False, {"2xlarge": 1, "8xlarge": 4, "16xlarge": 8}),  # NVIDIA V100
+    "p4d": GpuFamily(40, True, {"24xlarge": 8}),  # NVIDIA A100 40 GB
+    "p4de": GpuFamily(80, True, {"24xlarge": 8}),  # NVIDIA A100 80 GB
+    "p5": GpuFamily(80, True, {"4xlarge": 1, "48xlarge": 8}),  # NVIDIA H100
+    "p5e": GpuFamily(141, True, {"48xlarge": 8}),  # NVIDIA H200
+    "p5en": GpuFamily(141, True, {"48xlarge": 8}),  # NVIDIA H200
 }
 
 

@@ -16,12 +16,8 @@ from peagle_contract.serving import ServingConfig, is_s3_uri
 from peagle_constructs import security
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.image import BoundImage, ContainerImage
+from peagle_constructs.sagemaker_names import ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE
 from peagle_constructs.weights import WeightsLayout
-
-# Where SageMaker's hosting agent writes container output: the endpoint's own log group.
-ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints/"
-# Instance metrics (GPU utilisation, memory) are published here under the execution role.
-ENDPOINT_METRICS_NAMESPACE = "/aws/sagemaker/Endpoints"
 
 
 class PEagleModel(Construct):
@@ -92,7 +88,9 @@ class PEagleModel(Construct):
         # SageMaker checks image and weights access at CreateModel: the policy must be attached first.
         self.cfn_model.node.add_dependency(self.policy)
         self.model_name: str = self.cfn_model.attr_model_name
-        security.acknowledge_model(self, log_group_given=log_group is not None)
+        security.acknowledge_execution_policy(
+            self.policy, weight_prefixes=[(p.bucket, p.key_prefix) for p in self.layout.prefixes],
+            log_group_given=log_group is not None)
 
     def _statements(self, log_group: logs.ILogGroup | None, weights_key: kms.IKey | None) -> list[iam.PolicyStatement]:
         statements: list[iam.PolicyStatement] = []

@@ -25,9 +25,9 @@ from peagle_contract.request_log import METRIC_FIELDS, MetricField
 from peagle_contract.serving import check_num_speculative_tokens
 
 from peagle_constructs.errors import ConfigError
-from peagle_constructs.model import ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE
-
-SAGEMAKER_NAMESPACE = "AWS/SageMaker"
+from peagle_constructs.sagemaker_names import (
+    ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE, INVOCATION_METRICS_NAMESPACE,
+)
 _FIELDS_BY_METRIC = {f.metric_name: f for f in METRIC_FIELDS}
 
 
@@ -200,7 +200,7 @@ class EndpointMonitoring(Construct):
 
     # -- SageMaker's own metrics --------------------------------------------------------------------
     def _sagemaker(self, metric_name: str, statistic: str, period: Duration | None,
-                   namespace: str = SAGEMAKER_NAMESPACE) -> cloudwatch.Metric:
+                   namespace: str = INVOCATION_METRICS_NAMESPACE) -> cloudwatch.Metric:
         return cloudwatch.Metric(
             namespace=namespace, metric_name=metric_name, statistic=statistic,
             dimensions_map={"EndpointName": self.endpoint_name, "VariantName": self.variant_name},

@@ -8,11 +8,13 @@ findings: read this file to review what the stacks are allowed to break and why.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from aws_cdk import Acknowledgment, Validations
 from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NagPack, NIST80053R5Checks, PCIDSS321Checks
 from constructs import IConstruct
+
+from peagle_constructs.sagemaker_names import ENDPOINT_LOG_GROUP_PREFIX
 
 NAG_PACKS: tuple[Callable[..., NagPack], ...] = (
     AwsSolutionsChecks, HIPAASecurityChecks, NIST80053R5Checks, PCIDSS321Checks,
@@ -49,16 +51,16 @@ _ANY_ENDPOINT_LOGS = ("no log group was given to the model, so it may write to S
                       "(/aws/sagemaker/Endpoints/*) only; pass log_group to narrow it to one")
 
 
-def acknowledge_model(model: "PEagleModel", *, log_group_given: bool) -> None:  # noqa: F821 - avoids an import cycle
-    """The execution policy's remaining wildcards, each one named."""
-    from peagle_constructs.model import ENDPOINT_LOG_GROUP_PREFIX
+def acknowledge_execution_policy(policy: IConstruct, *, weight_prefixes: Sequence[tuple[str, str]],
+                                 log_group_given: bool) -> None:
+    """The model execution policy's remaining wildcards, each one named.
 
-    policy = model.policy
+    ``weight_prefixes`` are the (bucket, key prefix) pairs the policy reads weights from.
+    """
     rule = "AwsSolutions-IAM5"  # the only pack with a wildcard rule; the others pass this policy as is
     _acknowledge(policy, _resource_finding(rule, "*"), f"{_ECR_TOKEN}; {_PUT_METRIC}")
-    for prefix in model.layout.prefixes:
-        _acknowledge(policy, _resource_finding(rule, f"arn:<AWS::Partition>:s3:::{prefix.bucket}/{prefix.key_prefix}*"),
-                     _WEIGHTS)
+    for bucket, key_prefix in weight_prefixes:
+        _acknowledge(policy, _resource_finding(rule, f"arn:<AWS::Partition>:s3:::{bucket}/{key_prefix}*"), _WEIGHTS)
     # With a log group given, its ARN is a GetAtt (no wildcard visible at synth): nothing to acknowledge.
     if not log_group_given:
         _acknowledge(policy, _resource_finding(

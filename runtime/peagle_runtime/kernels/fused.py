@@ -9,7 +9,6 @@ written once. Needs only torch + triton; see ``reference.py`` for the same build
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 

@@ -1,0 +1,10 @@
+"""Names SageMaker itself uses for an endpoint's logs and metrics (shared by the model, monitoring and security)."""
+
+from __future__ import annotations
+
+# Where SageMaker's hosting agent writes container output: one log group per endpoint below this prefix.
+ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints/"
+# Instance metrics (GPU utilisation, memory) are published here under the execution role.
+ENDPOINT_METRICS_NAMESPACE = "/aws/sagemaker/Endpoints"
+# Invocation metrics (Invocations, ModelLatency, 4XX/5XX errors) per endpoint and variant.
+INVOCATION_METRICS_NAMESPACE = "AWS/SageMaker"

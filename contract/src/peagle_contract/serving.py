@@ -1,0 +1,273 @@
+"""The serving contract between the CDK side and the serving image.
+
+One typed config (:class:`ServingConfig`) renders the container environment (``SM_VLLM_*`` by the vLLM
+DLC rule, plus the few plain variables vLLM itself reads). The image's entrypoint turns that environment
+back into vLLM arguments with :func:`environment_to_argv` and checks it with :func:`check_environment`,
+so both sides share one set of rules and limits. Standard library only: the image imports this module
+without the CDK.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+ENV_PREFIX = "SM_VLLM_"
+SPECULATIVE_CONFIG_VAR = "SM_VLLM_SPECULATIVE_CONFIG"
+
+# Where SageMaker puts the weights inside the container: the model's one ModelDataSource lands in
+# /opt/ml/model (CloudFormation's AWS::SageMaker::Model has no AdditionalModelDataSources), so target and
+# drafter travel as one bundle. The defaults here are the bundle with the drafter inside the target's
+# prefix; the constructs pass the folders of the layout they deploy.
+TARGET_MODEL_DIR = "/opt/ml/model"
+DRAFTER_MODEL_DIR = f"{TARGET_MODEL_DIR}/drafter"
+
+# P-EAGLE is vLLM's eagle3 method with parallel drafting; Model Runner V2 refuses parallel drafting.
+SPEC_METHOD = "eagle3"
+MODEL_RUNNER_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+
+K_MIN, K_MAX = 1, 32
+TP_ALLOWED = (1, 2, 4, 8)
+MAX_MODEL_LEN_MIN, MAX_MODEL_LEN_MAX = 256, 1_048_576
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+# Flags the serving config owns: an extra argument may not set them a second time.
+_OWNED_FLAGS = frozenset(
+    {"model", "speculative_config", "tensor_parallel_size", "max_model_len", "dtype", "port", "host",
+     "gpu_memory_utilization", "max_num_seqs", "served_model_name"}
+)
+# SageMaker strips unknown headers, so a server that wants an API key rejects every request.
+FORBIDDEN_FLAGS = frozenset({"api_key"})
+
+_S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/[^\s]*)?$")
+_HF_ID = re.compile(r"^[A-Za-z0-9][\w.\-]{0,95}/[\w.\-]{1,96}$")
+_FLAG_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class ServingConfigError(ValueError):
+    """A serving setting is out of range. The message names the field and what is allowed."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field_name = field_name
+
+
+def is_s3_uri(value: str) -> bool:
+    return bool(_S3_URI.match(value))
+
+
+def is_hf_id(value: str) -> bool:
+    return bool(_HF_ID.match(value)) and not value.startswith(("s3:", "/"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingConfig:
+    """What the serving image runs: a target model verified against a P-EAGLE drafter head.
+
+    ``target_model`` and ``drafter_model`` are S3 prefixes (``s3://bucket/prefix/``, uncompressed
+    weights, so the model can run with network isolation) or, with network isolation off, Hugging Face
+    ids. ``extra_args`` holds further vLLM flags by their argument name with ``_`` (``enable_prefix_caching``:
+    True); True renders a bare flag and False drops it, by the DLC rule.
+    """
+
+    target_model: str
+    drafter_model: str
+    num_speculative_tokens: int = 7
+    parallel_drafting: bool = True
+    tensor_parallel_size: int = 1
+    max_model_len: int = 8192
+    max_num_seqs: int = 64
+    gpu_memory_utilization: float = 0.90
+    dtype: str = "auto"
+    served_model_name: str | None = None
+    extra_args: Mapping[str, str | int | float | bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # -- validation ---------------------------------------------------------------------------------
+    def validate(self) -> None:
+        for name in ("target_model", "drafter_model"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not (is_s3_uri(value) or is_hf_id(value)):
+                raise ServingConfigError(
+                    name,
+                    f"got {value!r}; allowed: an S3 prefix 's3://bucket/prefix/' holding uncompressed weights, "
+                    "or a Hugging Face id 'org/name' (only with network isolation off)",
+                )
+        check_num_speculative_tokens(self.num_speculative_tokens, "num_speculative_tokens")
+        if self.parallel_drafting is not True:
+            raise ServingConfigError(
+                "parallel_drafting",
+                "must be true: a P-EAGLE drafter head predicts all K tokens in one pass and was trained "
+                "for parallel drafting (sequential drafting with it accepts almost nothing)",
+            )
+        if self.tensor_parallel_size not in TP_ALLOWED:
+            raise ServingConfigError(
+                "tensor_parallel_size", f"got {self.tensor_parallel_size!r}; allowed: one of {TP_ALLOWED}"
+            )
+        if not (isinstance(self.max_model_len, int) and MAX_MODEL_LEN_MIN <= self.max_model_len <= MAX_MODEL_LEN_MAX):
+            raise ServingConfigError(
+                "max_model_len",
+                f"got {self.max_model_len!r}; allowed: an integer in {MAX_MODEL_LEN_MIN}..{MAX_MODEL_LEN_MAX}",
+            )
+        if not (isinstance(self.max_num_seqs, int) and 1 <= self.max_num_seqs <= 4096):
+            raise ServingConfigError("max_num_seqs", f"got {self.max_num_seqs!r}; allowed: an integer in 1..4096")
+        if not (isinstance(self.gpu_memory_utilization, (int, float)) and 0.1 <= self.gpu_memory_utilization <= 0.98):
+            raise ServingConfigError(
+                "gpu_memory_utilization", f"got {self.gpu_memory_utilization!r}; allowed: a number in 0.1..0.98"
+            )
+        if self.dtype not in DTYPES:
+            raise ServingConfigError("dtype", f"got {self.dtype!r}; allowed: one of {DTYPES}")
+        if self.served_model_name is not None and not re.match(r"^[\w.\-/]{1,128}$", self.served_model_name):
+            raise ServingConfigError(
+                "served_model_name", f"got {self.served_model_name!r}; allowed: 1-128 of letters, digits, . _ - /"
+            )
+        for key, value in self.extra_args.items():
+            where = f"extra_args[{key!r}]"
+            if not isinstance(key, str) or not _FLAG_NAME.match(key):
+                raise ServingConfigError(where, "allowed: a vLLM argument name in snake_case, e.g. 'enable_prefix_caching'")
+            if key in FORBIDDEN_FLAGS:
+                raise ServingConfigError(where, "not allowed: SageMaker strips the Authorization header, so every request would fail")
+            if key in _OWNED_FLAGS:
+                raise ServingConfigError(where, f"not allowed: set it through the ServingConfig field '{key}'")
+            if not isinstance(value, (str, int, float, bool)):
+                raise ServingConfigError(where, f"got {type(value).__name__}; allowed: str, int, float or bool")
+            check_single_line(str(value), where)
+
+    @property
+    def weights_in_s3(self) -> bool:
+        """True when both models come from S3 (the precondition for network isolation)."""
+        return is_s3_uri(self.target_model) and is_s3_uri(self.drafter_model)
+
+    # -- rendering ----------------------------------------------------------------------------------
+    def speculative_config(self, *, drafter_dir: str = DRAFTER_MODEL_DIR) -> dict:
+        drafter = drafter_dir if is_s3_uri(self.drafter_model) else self.drafter_model
+        return speculative_config(drafter, num_speculative_tokens=self.num_speculative_tokens)
+
+    def to_environment(
+        self, *, target_dir: str = TARGET_MODEL_DIR, drafter_dir: str = DRAFTER_MODEL_DIR
+    ) -> dict[str, str]:
+        """The container environment, by the DLC rule (``SM_VLLM_X_Y`` -> ``--x-y``).
+
+        ``target_dir`` / ``drafter_dir`` say where S3 weights appear in the container; the defaults are the
+        bundle with the drafter inside the target's prefix. The CDK constructs pass the folders of the
+        bundle layout they deploy (e.g. /opt/ml/model/target and /opt/ml/model/drafter).
+        """
+        target = target_dir if is_s3_uri(self.target_model) else self.target_model
+        args: dict[str, str | int | float | bool] = {
+            "model": target,
+            "speculative_config": minified_json(self.speculative_config(drafter_dir=drafter_dir)),
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "dtype": self.dtype,
+        }
+        if self.served_model_name:
+            args["served_model_name"] = self.served_model_name
+        args.update(self.extra_args)
+        env = {ENV_PREFIX + key.upper(): render_value(value) for key, value in args.items()}
+        env.update(MODEL_RUNNER_ENV)
+        return env
+
+
+# -- rules shared by both sides ---------------------------------------------------------------------
+
+
+def speculative_config(drafter: str, *, num_speculative_tokens: int) -> dict:
+    """P-EAGLE as vLLM's ``--speculative-config`` takes it: the eagle3 method with parallel drafting.
+
+    ``drafter`` is the head's folder as the server sees it (or a hub id). Always name the method: vLLM's
+    guess from the folder name falls back to a plain draft model.
+    """
+    check_num_speculative_tokens(num_speculative_tokens, "num_speculative_tokens")
+    return {"method": SPEC_METHOD, "model": str(drafter), "num_speculative_tokens": num_speculative_tokens,
+            "parallel_drafting": True}
+
+
+def minified_json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+def render_value(value: str | int | float | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def check_single_line(value: str, where: str) -> None:
+    if "\n" in value or "\r" in value:
+        raise ServingConfigError(where, "must be a single line (minify JSON values)")
+
+
+def check_num_speculative_tokens(value: object, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not K_MIN <= value <= K_MAX:
+        raise ServingConfigError(where, f"got {value!r}; allowed: an integer in {K_MIN}..{K_MAX}")
+
+
+def environment_to_argv(env: Mapping[str, str]) -> list[str]:
+    """The DLC rule: each ``SM_VLLM_X_Y=v`` becomes ``--x-y v``; ``true`` a bare flag, ``false`` nothing.
+
+    Variables are taken in sorted order so the command line is the same on every start.
+    """
+    argv: list[str] = []
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX:
+            continue
+        value = env[name]
+        check_single_line(value, name)
+        flag = "--" + name[len(ENV_PREFIX):].lower().replace("_", "-")
+        lowered = value.strip().lower()
+        if lowered == "true":
+            argv.append(flag)
+        elif lowered == "false":
+            continue
+        else:
+            argv.extend([flag, value])
+    return argv
+
+
+def parse_speculative_config(raw: str, where: str = SPECULATIVE_CONFIG_VAR) -> dict:
+    """Parse and check a P-EAGLE speculative config; raise :class:`ServingConfigError` naming the key."""
+    check_single_line(raw, where)
+    try:
+        spec = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ServingConfigError(where, f"is not valid JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(spec, dict):
+        raise ServingConfigError(where, "must be a JSON object")
+    if spec.get("method") != SPEC_METHOD:
+        raise ServingConfigError(
+            f"{where}.method", f"got {spec.get('method')!r}; allowed: {SPEC_METHOD!r} (P-EAGLE is eagle3 with parallel_drafting)"
+        )
+    if spec.get("parallel_drafting") is not True:
+        raise ServingConfigError(f"{where}.parallel_drafting", f"got {spec.get('parallel_drafting')!r}; allowed: true")
+    check_num_speculative_tokens(spec.get("num_speculative_tokens"), f"{where}.num_speculative_tokens")
+    model = spec.get("model")
+    if not isinstance(model, str) or not model:
+        raise ServingConfigError(f"{where}.model", "must name the drafter: a directory in the container or a model id")
+    return spec
+
+
+def check_environment(env: Mapping[str, str]) -> dict:
+    """Check the serving environment before vLLM starts; return the parsed speculative config.
+
+    Raises :class:`ServingConfigError` on a multi-line value, a forbidden flag, or a speculative config
+    that is not P-EAGLE.
+    """
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        check_single_line(value, name)
+        key = name[len(ENV_PREFIX):].lower()
+        if key in FORBIDDEN_FLAGS:
+            raise ServingConfigError(name, "not allowed: SageMaker strips the Authorization header, so every request would fail")
+    raw = env.get(SPECULATIVE_CONFIG_VAR)
+    if raw is None:
+        example = minified_json({"method": SPEC_METHOD, "model": DRAFTER_MODEL_DIR, "num_speculative_tokens": 7,
+                                 "parallel_drafting": True})
+        raise ServingConfigError(SPECULATIVE_CONFIG_VAR, f"is required: a P-EAGLE config such as {example}")
+    return parse_speculative_config(raw)

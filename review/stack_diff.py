@@ -1,0 +1,594 @@
+"""Pull-request stack diffs: what a change does to each deployed stack, and whether it is safe to roll out.
+
+    python -m review.stack_diff --base origin/main [--output diff.md]
+
+Synthesizes BASE in a temporary ``git worktree`` and the working tree, then for every stack of every
+stage renders Markdown fit for a pull-request comment: a verdict, the serving-relevant findings, and the
+CDK CLI's own ``cdk diff --template`` output (offline, no credentials). Exit code 1 when a change would
+take an endpoint down or make CloudFormation fail half-way; 0 otherwise; 2 on a usage or synth error.
+
+The verdict is computed here from the two templates (logical ids, types, properties), not from the
+CLI's text: the CLI output is for humans and changes format between versions.
+- Model and EndpointConfig replacements are expected (every serving change replaces them; the endpoint
+  then moves to the new config with a blue/green update): pass.
+- Replacing or removing an Endpoint or an InferenceComponent means downtime: fail.
+- Changing a production variant's instance type, or renaming the variant, while Application Auto
+  Scaling has that variant registered makes SageMaker refuse the update: fail, with the two-step way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import cdk
+
+PASS, FAIL, INFO = "pass", "fail", "info"
+_ICON = {PASS: "✅", FAIL: "❌", INFO: "ℹ️"}
+
+ENDPOINT = "AWS::SageMaker::Endpoint"
+ENDPOINT_CONFIG = "AWS::SageMaker::EndpointConfig"
+MODEL = "AWS::SageMaker::Model"
+INFERENCE_COMPONENT = "AWS::SageMaker::InferenceComponent"
+SCALABLE_TARGET = "AWS::ApplicationAutoScaling::ScalableTarget"
+
+# Properties whose change makes CloudFormation replace the resource ("Update requires: Replacement" in
+# the resource reference). "*" = every property but Tags. Types not listed are only replaced when their
+# logical id or type changes.
+REPLACEMENT_PROPERTIES: dict[str, frozenset[str] | str] = {
+    MODEL: "*",
+    ENDPOINT_CONFIG: "*",
+    ENDPOINT: frozenset({"EndpointName"}),
+    # Conservative: a component moved to another endpoint or renamed is a new component.
+    INFERENCE_COMPONENT: frozenset({"InferenceComponentName", "EndpointName"}),
+    SCALABLE_TARGET: frozenset({"ResourceId", "ScalableDimension", "ServiceNamespace"}),
+    "AWS::ApplicationAutoScaling::ScalingPolicy": frozenset(
+        {"PolicyName", "ResourceId", "ScalableDimension", "ServiceNamespace", "ScalingTargetId"}),
+    "AWS::CloudWatch::Alarm": frozenset({"AlarmName"}),
+    "AWS::Logs::LogGroup": frozenset({"LogGroupName"}),
+    "AWS::Logs::MetricFilter": frozenset({"FilterName", "LogGroupName"}),
+    "AWS::IAM::Role": frozenset({"RoleName", "Path"}),
+    "AWS::SNS::Topic": frozenset({"TopicName", "FifoTopic"}),
+    "AWS::KMS::Key": frozenset({"KeySpec", "KeyUsage", "MultiRegion"}),
+}
+IGNORED_TYPES = frozenset({"AWS::CDK::Metadata"})
+# Always listed in the findings table; other changed resources are summarised in one line.
+SERVING_TYPES = frozenset({MODEL, ENDPOINT_CONFIG, ENDPOINT, INFERENCE_COMPONENT, SCALABLE_TARGET,
+                           "AWS::ApplicationAutoScaling::ScalingPolicy"})
+
+
+class DiffError(RuntimeError):
+    pass
+
+
+# --------------------------------------------------------------------------------------------------
+# Template analysis
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    verdict: str  # pass | fail | info
+    logical_id: str
+    type: str
+    change: str  # added | removed | replaced | updated | ...
+    why: str
+    advice: str = ""
+
+
+@dataclass
+class StackReview:
+    display_name: str
+    stack_name: str
+    findings: list[Finding] = field(default_factory=list)
+    cli_diff: str = ""
+    new_stack: bool = False
+    removed_stack: bool = False
+
+    @property
+    def verdict(self) -> str:
+        return FAIL if any(f.verdict == FAIL for f in self.findings) else PASS
+
+
+def _resources(template: dict) -> dict[str, dict]:
+    return {k: v for k, v in (template.get("Resources") or {}).items() if v.get("Type") not in IGNORED_TYPES}
+
+
+def _references(value: Any) -> set[str]:
+    """Logical ids a property value depends on (Ref, Fn::GetAtt, Fn::Sub ${X} / ${X.Attr})."""
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "Ref" and isinstance(inner, str):
+                found.add(inner)
+            elif key == "Fn::GetAtt":
+                target = inner[0] if isinstance(inner, list) else str(inner).split(".")[0]
+                found.add(target)
+            elif key == "Fn::Sub":
+                text = inner[0] if isinstance(inner, list) else inner
+                found.update(m.split(".")[0] for m in re.findall(r"\$\{([^!}][^}]*)\}", str(text)))
+                if isinstance(inner, list) and len(inner) > 1:
+                    found.update(_references(inner[1]))
+            else:
+                found.update(_references(inner))
+    elif isinstance(value, list):
+        for inner in value:
+            found.update(_references(inner))
+    return found
+
+
+def _render(value: Any) -> str:
+    """A property value as text, with references as ${Id} / ${Id.Attr} (enough to read ids out of it)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float, bool)) or value is None:
+        return json.dumps(value)
+    if isinstance(value, list):
+        return ",".join(_render(v) for v in value)
+    if isinstance(value, dict) and len(value) == 1:
+        (key, inner), = value.items()
+        if key == "Ref":
+            return f"${{{inner}}}"
+        if key == "Fn::GetAtt":
+            return "${" + (".".join(inner) if isinstance(inner, list) else str(inner)) + "}"
+        if key == "Fn::Join":
+            sep, parts = inner
+            return sep.join(_render(p) for p in parts)
+        if key == "Fn::Sub":
+            return inner[0] if isinstance(inner, list) else inner
+    return json.dumps(value, sort_keys=True)
+
+
+def _changed_properties(old: dict, new: dict) -> set[str]:
+    old_p, new_p = old.get("Properties") or {}, new.get("Properties") or {}
+    return {k for k in set(old_p) | set(new_p) if old_p.get(k) != new_p.get(k)}
+
+
+def _replaced(base: dict[str, dict], head: dict[str, dict]) -> dict[str, str]:
+    """Logical ids present in both templates that CloudFormation would replace, with the reason.
+
+    A replacement ripples: a property that references a replaced resource gets a new value too (a
+    Model's name, a role's ARN), so we iterate until nothing new is replaced.
+    """
+    replaced: dict[str, str] = {}
+    common = [lid for lid in base if lid in head]
+    for lid in common:
+        if base[lid]["Type"] != head[lid]["Type"]:
+            replaced[lid] = f"type changed from {base[lid]['Type']}"
+    changed = True
+    while changed:
+        changed = False
+        for lid in common:
+            if lid in replaced:
+                continue
+            rule = REPLACEMENT_PROPERTIES.get(head[lid]["Type"])
+            if rule is None:
+                continue
+            new_props = head[lid].get("Properties") or {}
+            old_props = base[lid].get("Properties") or {}
+            props = (set(new_props) | set(old_props)) - {"Tags"} if rule == "*" else set(rule)
+            literal = sorted(p for p in props if old_props.get(p) != new_props.get(p))
+            rippled = sorted(p for p in props if _references(new_props.get(p)) & (set(replaced) | _gone(base, head)))
+            if literal or rippled:
+                names = sorted(set(literal) | set(rippled))
+                via = sorted(_references({p: new_props.get(p) for p in rippled}) & set(replaced))
+                replaced[lid] = f"{', '.join(names)} changed" + (f" (via replaced {', '.join(via)})" if via else "")
+                changed = True
+    return replaced
+
+
+def _gone(base: dict[str, dict], head: dict[str, dict]) -> set[str]:
+    return {lid for lid in base if lid not in head}
+
+
+def _endpoint_config_of(endpoint: dict) -> str | None:
+    refs = _references((endpoint.get("Properties") or {}).get("EndpointConfigName"))
+    return next(iter(sorted(refs)), None)
+
+
+def _variants(resources: dict[str, dict], config_id: str | None) -> dict[str, dict]:
+    if config_id is None or config_id not in resources:
+        return {}
+    variants = (resources[config_id].get("Properties") or {}).get("ProductionVariants") or []
+    return {str(v.get("VariantName")): v for v in variants}
+
+
+_TARGET_ID = re.compile(r"^endpoint/(?P<endpoint>[^/]+)/variant/(?P<variant>[^/]+)$")
+
+
+def _scaled_variants(resources: dict[str, dict]) -> dict[tuple[str, str], str]:
+    """(endpoint logical id, variant name) -> scalable target logical id, for SageMaker variant targets."""
+    by_name = {
+        str((r.get("Properties") or {}).get("EndpointName")): lid
+        for lid, r in resources.items() if r["Type"] == ENDPOINT and isinstance((r.get("Properties") or {}).get("EndpointName"), str)
+    }
+    scaled: dict[tuple[str, str], str] = {}
+    for lid, r in resources.items():
+        if r["Type"] != SCALABLE_TARGET:
+            continue
+        props = r.get("Properties") or {}
+        if props.get("ServiceNamespace") != "sagemaker":
+            continue
+        match = _TARGET_ID.match(_render(props.get("ResourceId")))
+        if not match:
+            continue
+        name = match["endpoint"]
+        ref = re.fullmatch(r"\$\{([^.}]+)(?:\.EndpointName)?\}", name)
+        endpoint_id = ref.group(1) if ref else by_name.get(name)
+        if endpoint_id:
+            scaled[(endpoint_id, match["variant"])] = lid
+    return scaled
+
+
+ADVICE_ENDPOINT = (
+    "Keep the endpoint's logical id stable: if the construct was renamed or moved, restore its id, or pin the "
+    "old one with `endpoint.node.default_child.override_logical_id(\"{old}\")` (our L3 exposes the CfnEndpoint). "
+    "If a new endpoint is really wanted, add it beside the old one under a new name in one change, move callers "
+    "to it, then delete the old endpoint in a later change. Note that CloudFormation cannot replace a resource "
+    "that has a fixed physical name (EndpointName) without changing the name: such an update fails after the "
+    "new Model/EndpointConfig were created."
+)
+ADVICE_COMPONENT = (
+    "Replacing an inference component drops its model copies until the new one is in service. Create the new "
+    "component beside the old one (new construct id and name) on the same endpoint, check it serves, then "
+    "remove the old component in a follow-up change."
+)
+ADVICE_INSTANCE_TYPE = (
+    "SageMaker refuses UpdateEndpoint when a variant registered with Application Auto Scaling changes its "
+    "instance type, so CloudFormation would fail mid-update and roll back. Roll it out in two steps:\n"
+    "1. First change: remove autoscaling from variant `{variant}` (drop the ScalableTarget `{target}` and its "
+    "scaling policies; Application Auto Scaling deregisters the variant) and set the variant's initial instance "
+    "count to the count it runs at now, so capacity holds. Deploy.\n"
+    "2. Second change: set the new instance type ({old} -> {new}); the endpoint does a blue/green update on the "
+    "new fleet with the rollback alarms armed. Once it is InService, add autoscaling back (in this change or a "
+    "third one) and deploy.\n"
+    "Alternative without a window at a fixed size: add a second variant with the new instance type (weight 0), "
+    "register autoscaling on it, shift traffic by variant weights, then remove the old variant."
+)
+ADVICE_VARIANT_NAME = (
+    "The scalable target's id names the variant (`endpoint/<name>/variant/{old}`): renaming it while autoscaling "
+    "is registered fails the endpoint update. Keep the variant name, or remove autoscaling first, rename in a "
+    "second change, then register autoscaling on the new name."
+)
+
+
+def classify(base_template: dict | None, head_template: dict | None) -> list[Finding]:
+    """Findings for one stack, from its base and head templates (None when the stack is absent)."""
+    base = _resources(base_template or {})
+    head = _resources(head_template or {})
+    replaced = _replaced(base, head)
+    findings: list[Finding] = []
+
+    for lid in sorted(set(base) | set(head)):
+        old, new = base.get(lid), head.get(lid)
+        rtype = (new or old)["Type"]
+        if old is None:
+            change, why = "added", "new resource"
+        elif new is None:
+            change, why = "removed", "deleted from the template"
+        elif lid in replaced:
+            change, why = "replaced", replaced[lid]
+        else:
+            props = sorted(_changed_properties(old, new))
+            # Same template text, new value: a property naming a replaced resource (Ref / GetAtt).
+            moved = set(replaced) | _gone(base, head)
+            rippled = sorted(k for k, v in (new.get("Properties") or {}).items()
+                             if k not in props and _references(v) & moved)
+            if not props and not rippled:
+                continue
+            parts = [f"{', '.join(props)} changed"] if props else []
+            parts += [f"{p} follows replaced {', '.join(sorted(_references(new['Properties'][p]) & moved))}"
+                      for p in rippled]
+            change, why = "updated", "; ".join(parts) + " (in place)"
+
+        verdict, advice = INFO, ""
+        if rtype in (MODEL, ENDPOINT_CONFIG) and change in ("replaced", "added", "removed"):
+            verdict = PASS
+            why = (f"expected: {why}; every serving change makes a new "
+                   f"{'Model' if rtype == MODEL else 'EndpointConfig'} and the endpoint moves to it by blue/green update")
+        elif rtype == ENDPOINT:
+            if change in ("replaced", "removed"):
+                successor = _renamed_endpoint(lid, base, head) if change == "removed" else None
+                verdict, advice = FAIL, ADVICE_ENDPOINT.format(old=lid)
+                why = ("the endpoint would be deleted"
+                       + (f" and created again as `{successor}` (logical id changed)" if successor else "")
+                       + (f" and created again: {why}" if change == "replaced" else "")
+                       + " - downtime")
+            elif change == "added" and (predecessor := _renamed_endpoint(lid, head, base)):
+                why = f"takes the place of the deleted endpoint `{predecessor}` (see above)"
+            else:
+                verdict = PASS
+                why = (f"updated in place (blue/green, no downtime): {why.removesuffix(' (in place)')}"
+                       if change == "updated" else why)
+        elif rtype == INFERENCE_COMPONENT and change in ("replaced", "removed"):
+            verdict, advice = FAIL, ADVICE_COMPONENT
+            why = f"the inference component would be {'replaced' if change == 'replaced' else 'deleted'}: {why}"
+        findings.append(Finding(verdict, lid, rtype, change, why, advice))
+
+    findings += _variant_findings(base, head)
+    # An endpoint update that SageMaker will refuse is not a pass, whatever its properties say.
+    failing = {f.logical_id for f in findings if f.verdict == FAIL}
+    return [Finding(INFO, f.logical_id, f.type, f.change, f.why, f.advice)
+            if f.verdict == PASS and f.logical_id in failing else f for f in findings]
+
+
+def _renamed_endpoint(lid: str, here: dict[str, dict], there: dict[str, dict]) -> str | None:
+    """The endpoint in ``there`` that takes the place of ``lid`` (an endpoint only in ``here``), if any."""
+    if lid in there:
+        return None
+    candidates = [o for o, r in there.items() if r["Type"] == ENDPOINT and o not in here]
+    return candidates[0] if candidates else None
+
+
+def _variant_findings(base: dict[str, dict], head: dict[str, dict]) -> list[Finding]:
+    findings = []
+    scaled = _scaled_variants(base)  # what is registered now, in the deployed (base) stack
+    for endpoint_id in sorted(lid for lid, r in head.items() if r["Type"] == ENDPOINT and lid in base):
+        old_variants = _variants(base, _endpoint_config_of(base[endpoint_id]))
+        new_variants = _variants(head, _endpoint_config_of(head[endpoint_id]))
+        for name, old in old_variants.items():
+            target = scaled.get((endpoint_id, name))
+            new = new_variants.get(name)
+            if new is None:
+                if target and len(old_variants) == 1 and len(new_variants) == 1:
+                    (new_name,) = new_variants
+                    findings.append(Finding(
+                        FAIL, endpoint_id, ENDPOINT, f"variant renamed {name} -> {new_name}",
+                        f"variant `{name}` is registered with Application Auto Scaling (target {target})",
+                        ADVICE_VARIANT_NAME.format(old=name)))
+                continue
+            old_type, new_type = old.get("InstanceType"), new.get("InstanceType")
+            if old_type == new_type:
+                continue
+            if target:
+                findings.append(Finding(
+                    FAIL, endpoint_id, ENDPOINT, f"instance type {old_type} -> {new_type}",
+                    f"variant `{name}` changes instance type while registered with Application Auto Scaling "
+                    f"(target {target})",
+                    ADVICE_INSTANCE_TYPE.format(variant=name, target=target, old=old_type, new=new_type)))
+            else:
+                findings.append(Finding(
+                    PASS, endpoint_id, ENDPOINT, f"instance type {old_type} -> {new_type}",
+                    f"variant `{name}` has no autoscaling registered: a blue/green update moves it to the new fleet"))
+    return findings
+
+
+# --------------------------------------------------------------------------------------------------
+# Synthesis of both sides and the CLI diff
+# --------------------------------------------------------------------------------------------------
+
+
+def _git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise DiffError(f"git {' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def _app_env(tree: Path) -> dict[str, str]:
+    """Environment for synthesizing the app in ``tree`` with this venv: ``tree``'s own packages first.
+
+    The venv has the distributions installed editable from the working tree; on the base side the base's
+    own contract and construct library must win, or the base synth would silently use the new ones.
+    """
+    env = cdk.cdk_env()
+    paths = [str(tree / "contract" / "src"), str(tree / "constructs" / "src"), str(tree / "runtime"), str(tree)]
+    env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    # Offline: never look for credentials or reach instance metadata.
+    for key in [k for k in env if k.startswith("AWS_")]:
+        del env[key]
+    env["AWS_EC2_METADATA_DISABLED"] = "true"
+    return env
+
+
+def _synth_tree(tree: Path, out: Path, *, context: dict[str, str], label: str) -> None:
+    app = f"{sys.executable} app.py"  # the tree's cdk.json may name a venv that only the main checkout has
+    proc = cdk.synth(out, cwd=tree, context=context, env=_app_env(tree), label=label, check=False, app=app)
+    if not (out / "manifest.json").exists():
+        tail = "\n".join(((proc.stdout or "") + (proc.stderr or "")).strip().splitlines()[-30:])
+        raise DiffError(f"synth of {tree} wrote no cloud assembly (exit {proc.returncode}):\n{tail}")
+    # A failing nag pack exits 1 after writing every template: the diff is still meaningful.
+
+
+@dataclass(frozen=True)
+class Side:
+    label: str
+    assembly: Path
+
+
+def _toolchain() -> list[str]:
+    """What else decides a synthesized template besides the commit: the CDK library versions."""
+    from importlib import metadata
+
+    versions = []
+    for dist in ("aws-cdk-lib", "constructs", "cdk-nag"):
+        try:
+            versions.append(f"{dist}=={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{dist}==none")
+    return versions
+
+
+def synth_base(repo: Path, ref: str, *, cache_dir: Path | None, context: dict[str, str]) -> Side:
+    try:
+        sha = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except DiffError:
+        raise DiffError(f"--base: {ref!r} is not a commit in {repo}; allowed: a branch, tag or commit "
+                        "(e.g. main, HEAD~1; origin/main needs a fetched remote)") from None
+    key = hashlib.sha256(json.dumps([sha, sorted(context.items()), sys.executable, _toolchain()]).encode()).hexdigest()[:16]
+    label = f"`{ref}` ({sha[:8]})"
+    if cache_dir is not None and (cache_dir / key / "manifest.json").exists():
+        print(f"==> base {ref} ({sha[:8]}): cached assembly {cache_dir / key}", file=sys.stderr)
+        return Side(label, cache_dir / key)
+    out = (cache_dir / key) if cache_dir is not None else Path(tempfile.mkdtemp(prefix="stack-diff-base-"))
+    if out.exists():
+        shutil.rmtree(out)
+    worktree = Path(tempfile.mkdtemp(prefix="stack-diff-worktree-"))
+    started = time.monotonic()
+    print(f"==> synthesizing base {ref} ({sha[:8]}) in a temporary worktree", file=sys.stderr)
+    _git(repo, "worktree", "add", "--detach", "--force", str(worktree), sha)
+    try:
+        # The base tree needs the CLI: link this checkout's node_modules rather than installing again.
+        if (repo / "node_modules").exists() and not (worktree / "node_modules").exists():
+            (worktree / "node_modules").symlink_to(repo / "node_modules")
+        if (worktree / "app.py").exists():
+            _synth_tree(worktree, out, context=context, label=f"synth {ref}")
+        else:  # the base predates the app: every stack is new
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "manifest.json").write_text(json.dumps({"version": "0.0.0", "artifacts": {}}))
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    finally:
+        _git(repo, "worktree", "remove", "--force", str(worktree))
+        shutil.rmtree(worktree, ignore_errors=True)
+    print(f"    done in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return Side(label, out)
+
+
+def synth_head(repo: Path, out: Path, *, context: dict[str, str]) -> Side:
+    started = time.monotonic()
+    print("==> synthesizing the working tree", file=sys.stderr)
+    _synth_tree(repo, out, context=context, label="synth working tree")
+    print(f"    done in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return Side("working tree", out)
+
+
+def cli_diff(repo: Path, head: Path, base_template: Path | None, display_name: str) -> str:
+    """The CDK CLI's own rendering of the change, offline (``--template``: no credentials, no change set)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if base_template is None:  # a new stack: diff against an empty template
+            base_template = Path(tmp) / "empty.template.json"
+            base_template.write_text('{"Resources": {}}')
+        proc = cdk.run_cdk(
+            ["diff", "--no-color", "--app", str(head), "--template", str(base_template), display_name],
+            cwd=repo, env=_app_env(repo), check=False)
+    text = ((proc.stdout or "") + (proc.stderr or "")).strip()
+    if proc.returncode not in (0, 1):
+        raise DiffError(f"cdk diff {display_name} failed (exit {proc.returncode}):\n{text[-2000:]}")
+    return "\n".join(line for line in text.splitlines() if not line.startswith(("✨", "NOTICES")))
+
+
+def review(repo: Path, base: Side, head: Side) -> list[StackReview]:
+    base_stacks = {s.display_name: s for s in cdk.list_stacks(base.assembly)}
+    head_stacks = {s.display_name: s for s in cdk.list_stacks(head.assembly)}
+    reviews = []
+    for name in list(head_stacks) + [n for n in base_stacks if n not in head_stacks]:
+        b, h = base_stacks.get(name), head_stacks.get(name)
+        r = StackReview(display_name=name, stack_name=(h or b).stack_name, new_stack=b is None, removed_stack=h is None)
+        r.findings = classify(b.template() if b else None, h.template() if h else None)
+        if h is not None:
+            r.cli_diff = cli_diff(repo, head.assembly, b.template_path if b else None, name)
+        elif any(f.type == ENDPOINT for f in r.findings):
+            r.findings.append(Finding(FAIL, name, "stack", "removed",
+                                      "the whole stack, endpoint included, would be deleted when it is destroyed",
+                                      "Remove a stage's stack only on purpose, with `cdk destroy` on that stage."))
+        reviews.append(r)
+    return reviews
+
+
+# --------------------------------------------------------------------------------------------------
+# Markdown
+# --------------------------------------------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(reviews: list[StackReview], *, base_label: str, head_label: str) -> str:
+    failed = [r for r in reviews if r.verdict == FAIL]
+    out = [
+        "# Stack diff",
+        "",
+        f"Base {base_label} → {head_label}. "
+        + (f"**{len(failed)} of {len(reviews)} stack(s) need a different rollout.**" if failed
+           else f"All {len(reviews)} stack(s) can roll out as they are."),
+        "",
+    ]
+    for r in reviews:
+        status = "new stack" if r.new_stack else "removed stack" if r.removed_stack else ""
+        out.append(f"## {_ICON[r.verdict]} `{r.display_name}` ({r.stack_name}){' — ' + status if status else ''}")
+        out.append("")
+        shown = [f for f in r.findings if f.verdict in (PASS, FAIL) or f.type in SERVING_TYPES]
+        other = [f for f in r.findings if f not in shown]
+        if not r.findings:
+            out += ["No changes.", ""]
+        if shown:
+            out += ["| | resource | type | change | why |", "|---|---|---|---|---|"]
+            for f in shown:
+                out.append(f"| {_ICON[f.verdict]} | `{f.logical_id}` | {f.type} | {_cell(f.change)} | {_cell(f.why)} |")
+            out.append("")
+        if other:
+            summary = ", ".join(f"`{f.logical_id}` ({f.change})" for f in other[:12])
+            more = f" and {len(other) - 12} more" if len(other) > 12 else ""
+            out += [f"Other changes: {summary}{more}.", ""]
+        for f in r.findings:
+            if f.verdict == FAIL and f.advice:
+                out += [f"**How to roll out `{f.logical_id}` ({_cell(f.change)}) safely:**", "", f.advice, ""]
+        if r.cli_diff and r.findings:
+            out += ["<details><summary>cdk diff</summary>", "", "```diff", r.cli_diff, "```", "", "</details>", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def run(*, repo: Path, base_ref: str, cache_dir: Path | None, context: dict[str, str],
+        keep_head: Path | None = None) -> tuple[str, list[StackReview]]:
+    if not (repo / "app.py").exists():
+        raise DiffError(f"{repo} has no app.py to synthesize")
+    base = synth_base(repo, base_ref, cache_dir=cache_dir, context=context)
+    with tempfile.TemporaryDirectory(prefix="stack-diff-head-") as tmp:
+        head_dir = keep_head or Path(tmp)
+        head = synth_head(repo, head_dir, context=context)
+        reviews = review(repo, base, head)
+    return render_markdown(reviews, base_label=base.label, head_label=head.label), reviews
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m review.stack_diff", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="git ref to compare against (branch, tag, commit)")
+    parser.add_argument("--repo", type=Path, default=cdk.REPO_ROOT, help="repository root (default: this one)")
+    parser.add_argument("--output", type=Path, default=None, help="also write the Markdown to this file")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="keep base assemblies here by commit (default: <repo>/.cache/stack_diff; 'none' disables)")
+    parser.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE",
+                        help="context for both synths, e.g. imageUri=... to leave the image asset out of the diff")
+    args = parser.parse_args(argv)
+    context = {}
+    for item in args.context:
+        if "=" not in item:
+            print(f"error: --context: got {item!r}; allowed: KEY=VALUE", file=sys.stderr)
+            return 2
+        key, value = item.split("=", 1)
+        context[key] = value
+    cache_dir = None if str(args.cache_dir) == "none" else (args.cache_dir or args.repo / ".cache" / "stack_diff")
+    started = time.monotonic()
+    try:
+        markdown, reviews = run(repo=args.repo.resolve(), base_ref=args.base, cache_dir=cache_dir, context=context)
+    except (DiffError, cdk.CdkError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(markdown)
+    if args.output:
+        args.output.write_text(markdown)
+    failed = [r.display_name for r in reviews if r.verdict == FAIL]
+    print(f"==> {len(reviews)} stack(s) reviewed in {time.monotonic() - started:.1f} s; "
+          f"{'FAIL: ' + ', '.join(failed) if failed else 'all pass'}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

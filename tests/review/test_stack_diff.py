@@ -1,0 +1,155 @@
+"""Pull-request stack diffs on scenario commits in a temporary git repository.
+
+The repository holds a small two-stage app with the serving stack's shape (scenario_app/), so each
+scenario is a commit to scenario.json. The base is synthesized once (cached by commit, as `make diff`
+does); each scenario costs one synth of the working tree plus one offline `cdk diff` per stack.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from review import stack_diff
+from harness import cdk
+
+SCENARIO_APP = Path(__file__).parent / "scenario_app"
+STACKS = ["Dev/PEagle", "Prod/PEagle"]
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def scenario_repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    repo = tmp_path_factory.mktemp("scenario-repo")
+    shutil.copy(SCENARIO_APP / "app.py", repo / "app.py")
+    shutil.copy(SCENARIO_APP / "scenario.json", repo / "scenario.json")
+    (repo / "cdk.json").write_text(json.dumps({"app": "python3 app.py"}))
+    (repo / ".gitignore").write_text("cdk.out/\n.cache/\n")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "-c", "user.email=t@example.com", "-c", "user.name=t", "add", "-A")
+    _git(repo, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q", "-m", "base")
+    return {"repo": repo, "base": _git(repo, "rev-parse", "HEAD"), "cache": tmp_path_factory.mktemp("base-cache")}
+
+
+def _scenario(ctx: dict, message: str, **changes) -> Path:
+    """Check out the base, apply ``changes`` to scenario.json and commit them as a scenario commit."""
+    repo = ctx["repo"]
+    _git(repo, "checkout", "-q", "--detach", ctx["base"])
+    data = json.loads((repo / "scenario.json").read_text())
+    data.update(changes)
+    (repo / "scenario.json").write_text(json.dumps(data))
+    _git(repo, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q", "-am", message)
+    return repo
+
+
+def _run(ctx: dict) -> tuple[str, list[stack_diff.StackReview]]:
+    return stack_diff.run(repo=ctx["repo"], base_ref=ctx["base"], cache_dir=ctx["cache"], context={})
+
+
+def _by_id(review: stack_diff.StackReview) -> dict[str, list[stack_diff.Finding]]:
+    out: dict[str, list[stack_diff.Finding]] = {}
+    for f in review.findings:
+        out.setdefault(f.logical_id, []).append(f)
+    return out
+
+
+@pytest.mark.slow
+def test_changing_k_replaces_model_and_config_and_updates_endpoint_in_place(scenario_repo: dict) -> None:
+    _scenario(scenario_repo, "K 7 -> 5", k=5)
+    markdown, reviews = _run(scenario_repo)
+    assert [r.display_name for r in reviews] == STACKS
+    for r in reviews:
+        assert r.verdict == stack_diff.PASS, markdown
+        found = _by_id(r)
+        assert [(f.change, f.verdict) for f in found["Model"]] == [("replaced", stack_diff.PASS)]
+        assert [(f.change, f.verdict) for f in found["EndpointConfig"]] == [("replaced", stack_diff.PASS)]
+        assert "via replaced Model" in found["EndpointConfig"][0].why
+        # The endpoint follows the new config by an in-place (blue/green) update, never a replacement.
+        assert [(f.change, f.verdict) for f in found["Endpoint"]] == [("updated", stack_diff.PASS)]
+        assert "EndpointConfigName" in found["Endpoint"][0].why
+        # The CLI's rendering is there for humans and agrees: the Model needs replacement.
+        assert "AWS::SageMaker::Model" in r.cli_diff and "replace" in r.cli_diff.lower()
+    assert markdown.count("<details><summary>cdk diff</summary>") == 2
+    assert "All 2 stack(s) can roll out as they are." in markdown
+
+
+@pytest.mark.slow
+def test_renaming_the_endpoint_construct_replaces_it_and_fails(scenario_repo: dict) -> None:
+    _scenario(scenario_repo, "rename endpoint construct", endpoint_id="ServingEndpoint")
+    markdown, reviews = _run(scenario_repo)
+    for r in reviews:
+        assert r.verdict == stack_diff.FAIL, markdown
+        found = _by_id(r)
+        (removed,) = found["Endpoint"]
+        assert (removed.change, removed.verdict) == ("removed", stack_diff.FAIL)
+        assert "ServingEndpoint" in removed.why and "downtime" in removed.why
+        assert 'override_logical_id("Endpoint")' in removed.advice
+    assert "need a different rollout" in markdown and "How to roll out `Endpoint`" in markdown
+
+
+@pytest.mark.slow
+def test_changing_instance_type_under_autoscaling_fails_with_two_step_advice(scenario_repo: dict) -> None:
+    repo = _scenario(scenario_repo, "bigger GPUs", instance_type="ml.g6.12xlarge")
+    out_md = repo / "diff.md"
+    # Through the command line, as `make diff` runs it: exit code 1 on a failing stack.
+    proc = subprocess.run(
+        [sys.executable, "-m", "review.stack_diff", "--base", scenario_repo["base"], "--repo", str(repo),
+         "--cache-dir", str(scenario_repo["cache"]), "--output", str(out_md)],
+        cwd=cdk.REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    markdown = out_md.read_text()
+    assert "cached assembly" in proc.stderr  # the base was synthesized once for all scenarios
+    assert markdown.count("| instance type ml.g6.2xlarge -> ml.g6.12xlarge |") == 2
+    assert "two steps" in markdown and "remove autoscaling from variant `AllTraffic`" in markdown
+    assert "registered with Application Auto Scaling" in markdown
+
+
+def _template(instance_type: str, *, scaled: bool) -> dict:
+    resources = {
+        "Config": {"Type": stack_diff.ENDPOINT_CONFIG, "Properties": {"ProductionVariants": [
+            {"VariantName": "AllTraffic", "InstanceType": instance_type, "ModelName": "m"}]}},
+        "Endpoint": {"Type": stack_diff.ENDPOINT, "Properties": {
+            "EndpointName": "peagle-dev", "EndpointConfigName": {"Fn::GetAtt": ["Config", "EndpointConfigName"]}}},
+    }
+    if scaled:  # the literal-name form of the target id (no reference to the endpoint resource)
+        resources["Target"] = {"Type": stack_diff.SCALABLE_TARGET, "Properties": {
+            "ServiceNamespace": "sagemaker", "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+            "ResourceId": "endpoint/peagle-dev/variant/AllTraffic", "MinCapacity": 1, "MaxCapacity": 2}}
+    return {"Resources": resources}
+
+
+def test_instance_type_change_without_autoscaling_passes() -> None:
+    findings = stack_diff.classify(_template("ml.g6.2xlarge", scaled=False), _template("ml.g6.12xlarge", scaled=False))
+    assert [f.verdict for f in findings if f.change.startswith("instance type")] == [stack_diff.PASS]
+    assert all(f.verdict != stack_diff.FAIL for f in findings)
+
+
+def test_instance_type_change_with_a_literal_target_id_fails() -> None:
+    findings = stack_diff.classify(_template("ml.g6.2xlarge", scaled=True), _template("ml.g6.12xlarge", scaled=True))
+    (fail,) = [f for f in findings if f.verdict == stack_diff.FAIL]
+    assert fail.change == "instance type ml.g6.2xlarge -> ml.g6.12xlarge" and "Target" in fail.why
+
+
+def test_endpoint_name_change_is_a_replacement() -> None:
+    base, head = _template("ml.g6.2xlarge", scaled=False), _template("ml.g6.2xlarge", scaled=False)
+    head["Resources"]["Endpoint"]["Properties"]["EndpointName"] = "peagle-dev-2"
+    (endpoint,) = [f for f in stack_diff.classify(base, head) if f.logical_id == "Endpoint"]
+    assert (endpoint.change, endpoint.verdict) == ("replaced", stack_diff.FAIL)
+    assert "EndpointName changed" in endpoint.why
+
+
+def test_removed_inference_component_fails() -> None:
+    base = _template("ml.g6.2xlarge", scaled=False)
+    base["Resources"]["Component"] = {"Type": stack_diff.INFERENCE_COMPONENT, "Properties": {
+        "EndpointName": "peagle-dev", "Specification": {"ModelName": "m"}}}
+    (component,) = [f for f in stack_diff.classify(base, _template("ml.g6.2xlarge", scaled=False))
+                    if f.logical_id == "Component"]
+    assert component.verdict == stack_diff.FAIL and "model copies" in component.advice
