@@ -109,6 +109,8 @@ class _EndpointSession:
 def synth_stage(env: str, target: str, *, image_uri: str | None) -> list[cdk.StackArtifact]:
     out = _assembly_dir(env, target)
     context = {"imageUri": image_uri} if image_uri else {}
+    if target == "local":  # the embedded AWS takes the placeholder account; a real deploy needs the real one
+        context["offline"] = "true"
     started = _step(f"synthesizing the app{' with imageUri=' + image_uri if image_uri else ''} -> {out}")
     cdk.synth(out, cwd=cdk.REPO_ROOT, context=context, label="cdk synth")
     _done(started)

@@ -549,6 +549,7 @@ def run(*, repo: Path, base_ref: str, cache_dir: Path | None, context: dict[str,
         keep_head: Path | None = None) -> tuple[str, list[StackReview]]:
     if not (repo / "app.py").exists():
         raise DiffError(f"{repo} has no app.py to synthesize")
+    context = {"offline": "true", **context}  # template against template: no account is ever asked
     base = synth_base(repo, base_ref, cache_dir=cache_dir, context=context)
     with tempfile.TemporaryDirectory(prefix="stack-diff-head-") as tmp:
         head_dir = keep_head or Path(tmp)

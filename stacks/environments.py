@@ -11,15 +11,20 @@ for 8K-token contexts. A 24 GiB card (g5/g6) would leave too little cache for co
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_logs as logs
 
-from peagle_constructs import AlarmThresholds, AutoscalingOptions, ConfigError, DeploymentPolicy, ServingConfig
+from peagle_constructs import (
+    AlarmSubscriber, AlarmThresholds, AutoscalingOptions, ConfigError, DeploymentPolicy, DetailedObservability,
+    ServingConfig,
+)
 from peagle_constructs.endpoint import check_endpoint_name
 
+_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$")
 _NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 
 
@@ -39,7 +44,13 @@ class EnvironmentConfig:
     autoscaling: AutoscalingOptions
     deployment: DeploymentPolicy
     alarms: AlarmThresholds = AlarmThresholds()
+    # Who is told when an alarm changes state. A production environment must tell someone.
+    alarm_subscribers: tuple[AlarmSubscriber, ...] = ()
+    require_subscribers: bool = False
+    detailed_observability: DetailedObservability = DetailedObservability()
     network_isolation: bool = True
+    # The KMS key the weights in S3 are encrypted with (its ARN), when not S3's own: the role may decrypt with it.
+    weights_key_arn: str | None = None
     encrypt_volume: bool | None = None  # None: a KMS key on EBS-backed families, none on local-NVMe ones
     container_startup_health_check_timeout: Duration = Duration.minutes(30)
     model_data_download_timeout: Duration = Duration.minutes(30)
@@ -53,6 +64,13 @@ class EnvironmentConfig:
         if not isinstance(self.name, str) or not self.name or not set(self.name) <= _NAME_CHARS or not self.name[0].isalpha():
             raise ConfigError("environment.name", f"got {self.name!r}; allowed: letters and digits, starting with a letter")
         check_endpoint_name(self.endpoint_name, "environment.name")
+        if self.require_subscribers and not self.alarm_subscribers:
+            raise ConfigError(f"{self.name}.alarm_subscribers",
+                              "empty, and this environment requires someone to tell; allowed: at least one "
+                              "AlarmSubscriber.email(...), .https(...) or .topic(<SNS topic ARN>)")
+        if self.weights_key_arn is not None and not _KMS_KEY_ARN.match(str(self.weights_key_arn)):
+            raise ConfigError(f"{self.name}.weights_key_arn", f"got {self.weights_key_arn!r}; allowed: a KMS key ARN "
+                              "'arn:aws:kms:<region>:<account>:key/<key id>'")
 
     @property
     def endpoint_name(self) -> str:
@@ -94,6 +112,7 @@ STAGING = EnvironmentConfig(
     instance_count=2,
     autoscaling=AutoscalingOptions(min_capacity=2, max_capacity=4),
     deployment=DeploymentPolicy.linear(percent=50, bake=Duration.minutes(10)),
+    alarm_subscribers=(AlarmSubscriber.email("peagle-team@example.com"),),
     tags={"environment": "staging"},
 )
 
@@ -106,6 +125,10 @@ PROD = EnvironmentConfig(
     autoscaling=AutoscalingOptions(min_capacity=4, max_capacity=12),
     deployment=DeploymentPolicy.canary(instances=1, bake=Duration.minutes(15)),
     alarms=AlarmThresholds(ttft_p90_ms=1500.0),
+    # This organisation's on-call address and pager webhook: replace with yours.
+    alarm_subscribers=(AlarmSubscriber.email("peagle-oncall@example.com"),
+                       AlarmSubscriber.https("https://events.pagerduty.example.com/integration/peagle-prod/enqueue")),
+    require_subscribers=True,
     tags={"environment": "prod"},
 )
 

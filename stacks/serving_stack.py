@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aws_cdk import DefaultStackSynthesizer, Stack, Tags
+from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from peagle_constructs import ContainerImage, PEagleEndpoint
@@ -34,6 +35,10 @@ class PEagleStack(Stack):
             autoscaling=config.autoscaling,
             deployment=config.deployment,
             monitoring=config.alarms,
+            alarm_subscribers=config.alarm_subscribers,
+            detailed_observability=config.detailed_observability,
+            weights_key=(kms.Key.from_key_arn(self, "WeightsKey", config.weights_key_arn)
+                         if config.weights_key_arn else None),
             network_isolation=config.network_isolation,
             encrypt_volume=config.encrypt_volume,
             container_startup_health_check_timeout=config.container_startup_health_check_timeout,

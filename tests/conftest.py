@@ -36,7 +36,9 @@ def _synthesize(outdir: Path, context: dict | None = None) -> SynthesizedApp:
 
     from stacks.application import build_app, builtin_cloudformation_validation
 
-    app = App(outdir=str(outdir), context=context or {},
+    from stacks.application import OFFLINE
+
+    app = App(outdir=str(outdir), context={**OFFLINE, **(context or {})},
               builtin_cloud_formation_validation=builtin_cloudformation_validation())
     stages = build_app(app)  # nag packs on: synth raises if any finding is left open
     assembly = app.synth()

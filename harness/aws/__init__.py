@@ -1,7 +1,7 @@
 """An embedded AWS for the daily loop: moto plus the CloudFormation types moto skips.
 
 ``register()`` makes moto's CloudFormation create and delete scalable targets, scaling policies, alarms,
-metric filters and SNS topic policies (cfn_types.py), and fixes four places where moto's own models
+metric filters, SNS topic policies and subscriptions (cfn_types.py), and fixes four places where moto's own models
 break our stacks: GPU instance types, fixed SageMaker names, tagged KMS keys, managed-policy deletion
 (fidelity.py); see NOTES.md. ``server`` runs ``moto_server`` on loopback with the extension loaded,
 for the real CDK CLI.
@@ -15,6 +15,7 @@ EXTENDED_TYPES = (
     "AWS::CloudWatch::Alarm",
     "AWS::Logs::MetricFilter",
     "AWS::SNS::TopicPolicy",
+    "AWS::SNS::Subscription",
 )
 
 

@@ -229,7 +229,7 @@ def _metric_queries(metrics: list[dict[str, Any]] | None) -> list[MetricDataQuer
 
 
 class MetricAlarm(_ExtensionType, CloudFormationModel):
-    """AWS::CloudWatch::Alarm -> PutMetricAlarm (single metric or metric math)."""
+    """AWS::CloudWatch::Alarm -> PutMetricAlarm (single metric or metric math; PromQL recorded, see below)."""
 
     CFN_TYPE = "AWS::CloudWatch::Alarm"
     NAME_PROPERTY = "AlarmName"
@@ -245,6 +245,18 @@ class MetricAlarm(_ExtensionType, CloudFormationModel):
         cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str, **kwargs: Any
     ) -> "MetricAlarm":
         p = _props(cloudformation_json)
+        promql = (p.get("EvaluationCriteria") or {}).get("PromQLCriteria")
+        if promql is not None:
+            # moto has no model of a PromQL alarm (EvaluationCriteria, EvaluationInterval): record it as an alarm
+            # with its name, description and actions, so describe_alarms finds it; the query rides on the object.
+            alarm = cloudwatch_backends[account_id][region_name].put_metric_alarm(
+                name=resource_name, namespace=None, metric_name=None, comparison_operator="GreaterThanThreshold",
+                evaluation_periods=1, period=_int_or_none(p.get("EvaluationInterval")), threshold=None,
+                statistic=None, description=p.get("AlarmDescription", ""), dimensions=[],
+                alarm_actions=p.get("AlarmActions") or [], ok_actions=p.get("OKActions") or [],
+                actions_enabled=str(p.get("ActionsEnabled", True)).lower() != "false", tags=p.get("Tags"))
+            alarm.promql_criteria = promql
+            return cls(name=resource_name, arn=alarm.alarm_arn)
         alarm = cloudwatch_backends[account_id][region_name].put_metric_alarm(
             name=resource_name,
             namespace=p.get("Namespace"),
@@ -372,5 +384,38 @@ class TopicPolicy(_ExtensionType, CloudFormationModel):
                 topic._policy_json = topic._create_default_topic_policy(region_name, account_id, topic.name)
 
 
+class TopicSubscription(_ExtensionType, CloudFormationModel):
+    """AWS::SNS::Subscription -> Subscribe; deletion unsubscribes. (moto subscribes only the Subscription list
+    inside an AWS::SNS::Topic; a subscription resource of its own is skipped, reporting CREATE_COMPLETE.)"""
+
+    CFN_TYPE = "AWS::SNS::Subscription"
+    NAME_PROPERTY = ""
+    GETATT = {"Arn": "arn"}
+    REF = "arn"
+
+    def __init__(self, *, arn: str) -> None:
+        self.arn = arn
+
+    @classmethod
+    def create_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str, **kwargs: Any
+    ) -> "TopicSubscription":
+        p = _props(cloudformation_json)
+        backend = sns_backends[account_id][region_name]
+        subscription = backend.subscribe(p["TopicArn"], p["Endpoint"], p["Protocol"])  # NotFound for an unknown topic
+        return cls(arn=subscription.arn)
+
+    @classmethod
+    def delete_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
+    ) -> None:
+        pass  # moto deletes through the instance (delete below), which knows the subscription's ARN
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        backend = sns_backends[account_id][region_name]
+        if self.arn in backend.subscriptions:
+            backend.unsubscribe(self.arn)
+
+
 EXTENSION_TYPES: tuple[type[CloudFormationModel], ...] = (
-    ScalableTarget, ScalingPolicy, MetricAlarm, LogMetricFilter, TopicPolicy)
+    ScalableTarget, ScalingPolicy, MetricAlarm, LogMetricFilter, TopicPolicy, TopicSubscription)

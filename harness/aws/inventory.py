@@ -22,6 +22,7 @@ CHECKED_TYPES: tuple[tuple[str, str], ...] = (
     ("alarm", "AWS::CloudWatch::Alarm"),
     ("metric filter", "AWS::Logs::MetricFilter"),
     ("log group", "AWS::Logs::LogGroup"),
+    ("alarm subscription", "AWS::SNS::Subscription"),
 )
 _LABEL = dict((t, label) for label, t in CHECKED_TYPES)
 
@@ -108,6 +109,9 @@ def _exists(session: Any, resource: Resource, *, in_service: bool = True) -> boo
         if t == "AWS::Logs::LogGroup":
             groups = session.client("logs").describe_log_groups(logGroupNamePrefix=pid)["logGroups"]
             return any(g["logGroupName"] == pid for g in groups)
+        if t == "AWS::SNS::Subscription":
+            session.client("sns").get_subscription_attributes(SubscriptionArn=pid)
+            return True
     except Exception as error:  # botocore ClientError, but keep this module free of a botocore import
         if _missing(error):
             return False

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from aws_cdk import Duration
 from aws_cdk import aws_kms as kms
 from aws_cdk.assertions import Template
 
 from peagle_constructs import ConfigError, PEagleEndpointConfig, PEagleModel
-from peagle_constructs.instance_types import GPU_FAMILIES, InstanceType
 from peagle_constructs.security import NVME_FINDINGS, acknowledged_findings
 from tests.constructs.construct_helpers import one
 
@@ -70,11 +71,14 @@ def test_timeouts_bounds_are_inclusive(stack, model):
                              container_startup_health_check_timeout=Duration.seconds(59))
 
 
-def test_instance_catalogue_is_consistent():
-    # Every family the construct knows parses, and the single-GPU Dev choice has room for a 20B MXFP4 model.
-    for family, spec in GPU_FAMILIES.items():
-        for size, gpus in spec.gpus_by_size.items():
-            parsed = InstanceType.of(f"ml.{family}.{size}")
-            assert parsed.gpu_count == gpus >= 1
-    dev = InstanceType.of("ml.g6e.xlarge")
-    assert dev.gpu_count == 1 and dev.total_gpu_memory_gib >= 40 and dev.local_nvme
+def test_detailed_observability_is_set_explicitly(stack, model):
+    from peagle_constructs import DetailedObservability
+
+    PEagleEndpointConfig(stack, "On", model=model, instance_type="ml.g6e.xlarge",
+                         detailed_observability=DetailedObservability(publish_frequency=Duration.seconds(10)))
+    PEagleEndpointConfig(stack, "Off", model=model, instance_type="ml.g6e.xlarge",
+                         detailed_observability=DetailedObservability(enabled=False))
+    configs = Template.from_stack(stack).find_resources("AWS::SageMaker::EndpointConfig")
+    rendered = sorted(json.dumps(c["Properties"]["MetricsConfig"], sort_keys=True) for c in configs.values())
+    assert rendered == ['{"EnableDetailedObservability": false}',
+                        '{"EnableDetailedObservability": true, "MetricPublishFrequencyInSeconds": 10}']

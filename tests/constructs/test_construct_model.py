@@ -45,7 +45,8 @@ def test_execution_role_is_least_privilege(stack, serving, image):
     assert by_action['"s3:ListBucket"']["Condition"] == {"StringLike": {"s3:prefix": ["bundles/llama-p-eagle/*"]}}
     pull = by_action[as_text(["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"])]
     assert as_text(pull["Resource"]).endswith(':ecr:us-west-2:222222222222:repository/team/peagle"]]}')
-    logs_statement = by_action[as_text(["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"])]
+    logs_statement = by_action[as_text(["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
+                                        "logs:DescribeLogStreams"])]
     log_group_id, _ = one(template, "AWS::Logs::LogGroup")
     assert logs_statement["Resource"] == {"Fn::GetAtt": [log_group_id, "Arn"]}  # that group only
     assert by_action['"cloudwatch:PutMetricData"']["Condition"]["StringEquals"] == {
@@ -94,6 +95,21 @@ def test_drafter_inside_the_target_prefix(stack, image):
 def test_weight_layouts_that_cannot_be_one_model_data_source(stack, image, target, drafter, message):
     with pytest.raises(ConfigError, match=f"^drafter_model: .*{message}"):
         PEagleModel(stack, "Model", serving=ServingConfig(target_model=target, drafter_model=drafter), image=image)
+
+
+@pytest.mark.parametrize(("target", "drafter", "field"), [
+    # Two bundles in one bucket share bundles/: SageMaker would copy every bundle there, and the role read it.
+    ("s3://b-1/bundles/a/target/", "s3://b-1/bundles/b/drafter/", "target_model"),
+    ("s3://b-1/bundles/m/target/", "s3://b-1/bundles/m/heads/k7/drafter/", "drafter_model"),
+])
+def test_a_shared_prefix_more_than_one_folder_up_is_refused(stack, image, target, drafter, field):
+    with pytest.raises(ConfigError, match=rf"^{field}: .*folders below the prefix it shares"):
+        PEagleModel(stack, "Model", serving=ServingConfig(target_model=target, drafter_model=drafter), image=image)
+
+
+def test_the_merged_environment_keeps_to_sagemakers_limits(stack, serving, image):
+    with pytest.raises(ConfigError, match=r"^environment\['EXTRA'\]: is 1025 characters; allowed: at most 1024"):
+        PEagleModel(stack, "Model", serving=serving, image=image, environment={"EXTRA": "x" * 1025})
 
 
 def test_vllm_flags_only_through_the_serving_config(stack, serving, image):

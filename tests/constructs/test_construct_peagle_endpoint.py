@@ -14,6 +14,7 @@ from peagle_constructs import (
     AutoscalingOptions, ConfigError, DeploymentPolicy, EndpointAutoscaling, PEagleEndpoint, ScalingMetric,
 )
 from peagle_constructs.security import NAG_PACKS
+from tests import policy_judge
 from tests.constructs.construct_helpers import as_text, one, resources
 
 
@@ -41,18 +42,52 @@ def test_endpoint_name_is_derived_from_stack_and_id(endpoint, template):
     template.has_resource_properties("AWS::Logs::LogGroup", {"LogGroupName": "/aws/sagemaker/Endpoints/Test-Serving"})
 
 
-def test_blue_green_canary_with_bake_and_rollback_from_the_monitoring_alarms(endpoint, stack, template):
+ROLLBACK = {"TimeToFirstTokenP90", "TimePerOutputTokenP90", "Invocation5XXErrorRate", "InvocationModelErrorRate",
+            "AcceptanceRate"}
+NOTIFY_ONLY = {"ModelLatencyP99", "VllmTimeToFirstTokenP90", "VllmInterTokenLatencyP90", "VllmAcceptanceRate"}
+
+
+def test_blue_green_canary_with_bake_and_rollback_on_signals_a_healthy_fleet_never_trips(endpoint, stack, template):
     _, cfn = one(template, "AWS::SageMaker::Endpoint")
     policy = cfn["Properties"]["DeploymentConfig"]["BlueGreenUpdatePolicy"]
     assert policy["TrafficRoutingConfiguration"] == {
         "Type": "CANARY", "CanarySize": {"Type": "CAPACITY_PERCENT", "Value": 25}, "WaitIntervalInSeconds": 720}
     assert 600 <= policy["MaximumExecutionTimeoutInSeconds"] <= 28800
     rollback = cfn["Properties"]["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]
-    expected = [{"AlarmName": {"Ref": stack.get_logical_id(a.node.default_child)}} for a in endpoint.alarms.values()]
-    assert rollback == expected and len(expected) == 4
-    assert set(endpoint.alarms) == {"TimeToFirstTokenP90", "ModelLatencyP99", "Invocation5XXErrors",
-                                    "InvocationModelErrors"}
+    expected = [{"AlarmName": {"Ref": stack.get_logical_id(a.node.default_child)}} for a in endpoint.monitoring.rollback_alarms]
+    assert rollback == expected
+    assert set(endpoint.alarms) == ROLLBACK | NOTIFY_ONLY
+    assert {k for k, a in endpoint.alarms.items() if a in endpoint.monitoring.rollback_alarms} == ROLLBACK
     assert "ServingMonitoringLogGroup" in cfn["DependsOn"][0]  # our log group exists before SageMaker writes
+
+
+def test_rolling_update_renders_sagemakers_policy_with_the_same_rollback_alarms(stack, serving, image):
+    PEagleEndpoint(stack, "Serving", serving=serving, image=image, instance_type="ml.g6e.12xlarge", instance_count=4,
+                   deployment=DeploymentPolicy.rolling(instances=1, bake=Duration.minutes(8), rollback_percent=100))
+    _, cfn = one(Template.from_stack(stack), "AWS::SageMaker::Endpoint")
+    config = cfn["Properties"]["DeploymentConfig"]
+    assert "BlueGreenUpdatePolicy" not in config
+    rolling = config["RollingUpdatePolicy"]
+    assert rolling["MaximumBatchSize"] == {"Type": "INSTANCE_COUNT", "Value": 1}
+    assert rolling["RollbackMaximumBatchSize"] == {"Type": "CAPACITY_PERCENT", "Value": 100}
+    assert rolling["WaitIntervalInSeconds"] == 480
+    # Four batches of one: a new instance starts and bakes per batch, all inside SageMaker's 8-hour cap.
+    assert 4 * (1800 + 480) <= rolling["MaximumExecutionTimeoutInSeconds"] <= 28800
+    assert len(config["AutoRollbackConfiguration"]["Alarms"]) == len(ROLLBACK)
+
+
+@pytest.mark.parametrize(("policy", "field", "allowed"), [
+    (lambda: DeploymentPolicy.rolling(percent=4), "deployment.percent", "5..50"),
+    (lambda: DeploymentPolicy.rolling(percent=60), "deployment.percent", "5..50"),
+    (lambda: DeploymentPolicy.rolling(instances=3), "deployment.instances", "1..2"),
+    (lambda: DeploymentPolicy.rolling(percent=25, rollback_instances=5), "deployment.rollback.instances", "1..4"),
+    (lambda: DeploymentPolicy.rolling(percent=25, bake=Duration.hours(2)), "deployment.bake", "0..3600"),
+])
+def test_rolling_update_ranges(stack, serving, image, policy, field, allowed):
+    with pytest.raises(ConfigError) as caught:
+        PEagleEndpoint(stack, "Serving", serving=serving, image=image, instance_type="ml.g6e.12xlarge",
+                       instance_count=4, deployment=policy())
+    assert caught.value.field_name == field and allowed in str(caught.value)
 
 
 def test_alarm_added_later_joins_the_rollback_list(endpoint, stack):
@@ -62,7 +97,13 @@ def test_alarm_added_later_joins_the_rollback_list(endpoint, stack):
     endpoint.endpoint.add_rollback_alarm(extra)
     _, cfn = one(Template.from_stack(stack), "AWS::SageMaker::Endpoint")
     names = cfn["Properties"]["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]
-    assert names[-1] == {"AlarmName": {"Ref": stack.get_logical_id(extra.node.default_child)}} and len(names) == 5
+    assert names[-1] == {"AlarmName": {"Ref": stack.get_logical_id(extra.node.default_child)}}
+    assert len(names) == len(ROLLBACK) + 1
+    for i in range(10 - len(names)):
+        endpoint.endpoint.add_rollback_alarm(cloudwatch.Alarm(stack, f"More{i}", metric=endpoint.metric_tpot(),
+                                                              threshold=100, evaluation_periods=1))
+    with pytest.raises(ConfigError, match=r"^rollback_alarms: .*at most 10"):
+        endpoint.endpoint.add_rollback_alarm(extra)
 
 
 def test_kms_key_on_ebs_only_and_key_rotation(stack, serving, image):
@@ -126,23 +167,112 @@ def test_log_group_encrypted_with_retention_and_key_policy_for_logs(template):
     assert "kms:EncryptionContext:aws:logs:arn" in key_policy and "cloudwatch.amazonaws.com" in key_policy
 
 
-def test_alarms_notify_an_encrypted_tls_only_topic(template):
+def test_every_alarm_is_named_for_the_endpoint_and_notifies_the_encrypted_tls_only_topic(template):
     topic_id, topic = one(template, "AWS::SNS::Topic")
     assert "KmsMasterKeyId" in topic["Properties"]
-    _, topic_policy = one(template, "AWS::SNS::TopicPolicy")
-    deny = [s for s in topic_policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
-    assert deny and deny[0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
     alarms = resources(template, "AWS::CloudWatch::Alarm")
-    assert len(alarms) == 4
+    assert {a["Properties"]["AlarmName"] for a in alarms.values()} == {f"Test-Serving-{n}" for n in ROLLBACK | NOTIFY_ONLY}
     for alarm in alarms.values():
         assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_id}]
-        assert alarm["Properties"]["TreatMissingData"] == "notBreaching"
-    by_metric = {a["Properties"]["MetricName"]: a["Properties"] for a in alarms.values()}
-    assert by_metric["TimeToFirstToken"]["ExtendedStatistic"] == "p90"
-    assert by_metric["TimeToFirstToken"]["Namespace"] == "PEagle/Serving/Test-Serving"
-    assert by_metric["ModelLatency"]["ExtendedStatistic"] == "p99"
-    assert by_metric["ModelLatency"]["Threshold"] == 120_000_000  # microseconds
-    assert {"Invocation5XXErrors", "InvocationModelErrors"} <= set(by_metric)
+        assert alarm["Properties"]["OKActions"] == [{"Ref": topic_id}]
+    by_name = {a["Properties"]["AlarmName"].removeprefix("Test-Serving-"): a["Properties"] for a in alarms.values()}
+    ttft = by_name["TimeToFirstTokenP90"]
+    assert (ttft["MetricName"], ttft["ExtendedStatistic"], ttft["Threshold"]) == ("TimeToFirstToken", "p90", 2000)
+    assert ttft["Namespace"] == "PEagle/Serving/Test-Serving" and ttft["EvaluateLowSampleCountPercentile"] == "ignore"
+    assert by_name["ModelLatencyP99"]["Threshold"] == 60_000_000  # microseconds: SageMaker's 60 s answer limit
+    # Error rates are percentages of the requests, and never judged on a handful of them.
+    rate = by_name["Invocation5XXErrorRate"]
+    (expression,) = [m["Expression"] for m in rate["Metrics"] if "Expression" in m]
+    assert expression == "IF(requests >= 10, 100 * errors / requests, 0)"
+    assert rate["ComparisonOperator"] == "GreaterThanOrEqualToThreshold" and rate["Threshold"] == 5
+    acceptance = by_name["AcceptanceRate"]
+    assert acceptance["ComparisonOperator"] == "LessThanThreshold" and acceptance["Threshold"] == 0.1
+    (expression,) = [m["Expression"] for m in acceptance["Metrics"] if "Expression" in m]
+    assert expression == "IF(drafted >= 50, accepted / drafted, 1)"  # 10 requests' worth of K=5 drafts
+
+
+def test_promql_alarms_read_vllms_metrics_for_this_endpoint(template):
+    alarms = {a["Properties"]["AlarmName"]: a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()}
+    ttft = alarms["Test-Serving-VllmTimeToFirstTokenP90"]["EvaluationCriteria"]["PromQLCriteria"]["Query"]
+    assert ttft == ('histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket'
+                    '{"aws.sagemaker.endpoint.name"="Test-Serving"}[300s]))) > 2')
+    acceptance = alarms["Test-Serving-VllmAcceptanceRate"]["EvaluationCriteria"]["PromQLCriteria"]["Query"]
+    assert "vllm:spec_decode_num_accepted_tokens_total" in acceptance and acceptance.endswith(" < 0.1")
+
+
+def _place(template) -> "policy_judge.Place":
+    topic_id = next(iter(resources(template, "AWS::SNS::Topic")))
+    key_id = next(iter(resources(template, "AWS::KMS::Key")))
+    return policy_judge.Place(account="333333333333", region="eu-west-1", physical={
+        topic_id: "arn:aws:sns:eu-west-1:333333333333:alarms", f"{key_id}.Arn": "arn:aws:kms:eu-west-1:333333333333:key/k"})
+
+
+def _publish(alarm_arn: str, *, account: str = "333333333333", tls: bool = True) -> policy_judge.Request:
+    return policy_judge.Request(service="cloudwatch.amazonaws.com", action="sns:Publish",
+                                resource="arn:aws:sns:eu-west-1:333333333333:alarms",
+                                context={"aws:SourceArn": alarm_arn, "aws:SourceAccount": account,
+                                         "aws:SecureTransport": str(tls).lower()})
+
+
+def test_cloudwatch_may_publish_for_this_endpoints_alarms_and_for_no_one_else(template):
+    _, topic_policy = one(template, "AWS::SNS::TopicPolicy")
+    document, place = topic_policy["Properties"]["PolicyDocument"], _place(template)
+    names = [a["Properties"]["AlarmName"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
+    for name in names:
+        assert policy_judge.allowed(document, _publish(f"arn:aws:cloudwatch:eu-west-1:333333333333:alarm:{name}"), place), name
+    # The confused deputy: another account's alarm, another endpoint's alarm, or plain HTTP.
+    ours = f"arn:aws:cloudwatch:eu-west-1:333333333333:alarm:{names[0]}"
+    assert not policy_judge.allowed(document, _publish(ours.replace("333333333333", "444444444444"),
+                                                       account="444444444444"), place)
+    assert not policy_judge.allowed(document, _publish("arn:aws:cloudwatch:eu-west-1:333333333333:alarm:other-x"), place)
+    assert not policy_judge.allowed(document, _publish(ours, tls=False), place)
+
+
+def test_cloudwatch_may_use_the_topic_key_on_the_same_conditions_only(template):
+    _, key = one(template, "AWS::KMS::Key")
+    document, place = key["Properties"]["KeyPolicy"], _place(template)
+    alarm = "arn:aws:cloudwatch:eu-west-1:333333333333:alarm:Test-Serving-TimeToFirstTokenP90"
+
+    def kms(action: str, source_arn: str, account: str = "333333333333") -> policy_judge.Request:
+        return policy_judge.Request(service="cloudwatch.amazonaws.com", action=action,
+                                    resource="arn:aws:kms:eu-west-1:333333333333:key/k",
+                                    context={"aws:SourceArn": source_arn, "aws:SourceAccount": account})
+
+    for action in ("kms:GenerateDataKey", "kms:Decrypt"):
+        assert policy_judge.allowed(document, kms(action, alarm), place), action
+        assert not policy_judge.allowed(document, kms(action, alarm, account="444444444444"), place)
+        assert not policy_judge.allowed(document, kms(action, alarm.replace("Test-Serving-", "other-")), place)
+    assert not policy_judge.allowed(document, kms("kms:Encrypt", alarm), place)
+
+
+def test_subscribers_become_subscriptions_and_existing_topics_alarm_actions(stack, serving, image):
+    from peagle_constructs import AlarmSubscriber
+
+    existing = "arn:aws:sns:eu-west-1:333333333333:chatbot-alerts"
+    PEagleEndpoint(stack, "Serving", serving=serving, image=image, instance_type="ml.g6e.xlarge", alarm_subscribers=[
+        AlarmSubscriber.email("oncall@example.com"), AlarmSubscriber.https("https://hooks.example.com/sns"),
+        AlarmSubscriber.topic(existing)])
+    template = Template.from_stack(stack)
+    topic_id, _ = one(template, "AWS::SNS::Topic")
+    subscriptions = {(s["Properties"]["Protocol"], s["Properties"]["Endpoint"]): s["Properties"]["TopicArn"]
+                     for s in resources(template, "AWS::SNS::Subscription").values()}
+    assert subscriptions == {("email", "oncall@example.com"): {"Ref": topic_id},
+                             ("https", "https://hooks.example.com/sns"): {"Ref": topic_id}}
+    for alarm in resources(template, "AWS::CloudWatch::Alarm").values():
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_id}, existing]
+
+
+@pytest.mark.parametrize(("make", "field"), [
+    (lambda s: s.email("not-an-address"), "alarm_subscribers.email"),
+    (lambda s: s.https("http://plain.example.com"), "alarm_subscribers.https"),
+    (lambda s: s.topic("arn:aws:sqs:eu-west-1:333333333333:q"), "alarm_subscribers.topic"),
+])
+def test_bad_subscribers_name_the_field(make, field):
+    from peagle_constructs import AlarmSubscriber
+
+    with pytest.raises(ConfigError) as caught:
+        make(AlarmSubscriber)
+    assert caught.value.field_name == field and "allowed" in str(caught.value)
 
 
 def test_dashboard_shows_serving_and_acceptance(template, endpoint):
@@ -193,6 +323,8 @@ def test_model_without_log_group_is_still_nag_clean(stack, serving, image):
     ({"endpoint_name": "has_underscore"}, "endpoint_name"),
     ({"autoscaling": AutoscalingOptions(min_capacity=0)}, "autoscaling.min_capacity"),
     ({"deployment": DeploymentPolicy.linear(percent=5)}, "deployment.percent"),
+    ({"detailed_observability": __import__("peagle_constructs").DetailedObservability(
+        publish_frequency=Duration.seconds(45))}, "detailed_observability.publish_frequency"),
     ({"monitoring": __import__("peagle_constructs").AlarmThresholds(ttft_p90_ms=0)}, "monitoring.ttft_p90_ms"),
 ])
 def test_composite_props_are_checked(stack, serving, image, kwargs, field):

@@ -46,4 +46,6 @@ def test_every_metric_field_has_a_pattern_on_its_own_key():
     names = [f.metric_name for f in METRIC_FIELDS]
     assert len(set(names)) == len(names)
     for f in METRIC_FIELDS:
-        assert f"$.{f.key}" in filter_pattern(f) and EVENT_NAME in filter_pattern(f)
+        # CloudWatch's documented numeric comparison, not the "field exists" wildcard.
+        assert f"($.{f.key} >= 0)" in filter_pattern(f) and "= *" not in filter_pattern(f)
+        assert EVENT_NAME in filter_pattern(f)

@@ -95,3 +95,33 @@ def test_environment_checks_refuse_api_key_and_multiline_values():
         check_environment({**good, "SM_VLLM_CHAT_TEMPLATE": "{{a}}\n{{b}}"})
     with pytest.raises(ServingConfigError, match="is required"):
         check_environment({"SM_VLLM_MODEL": "/opt/ml/model"})
+
+
+def test_a_flag_turned_off_renders_the_no_form_and_contradictions_are_refused():
+    env = ServingConfig(**S3, extra_args={"enable_prefix_caching": False}).to_environment()
+    assert env["SM_VLLM_NO_ENABLE_PREFIX_CACHING"] == "true" and "SM_VLLM_ENABLE_PREFIX_CACHING" not in env
+    assert "--no-enable-prefix-caching" in environment_to_argv(env)
+    with pytest.raises(ServingConfigError) as err:
+        ServingConfig(**S3, extra_args={"enable_prefix_caching": True, "no_enable_prefix_caching": True})
+    assert err.value.field_name == "extra_args['no_enable_prefix_caching']"
+
+
+def test_environment_limits_are_sagemakers_and_fail_at_construction():
+    """The limits come from botocore's SageMaker service model (CreateModel's EnvironmentMap), not from us."""
+    import botocore.session
+
+    from peagle_contract.serving import ENV_MAX_ENTRIES, ENV_MAX_KEY_CHARS, ENV_MAX_VALUE_CHARS
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    assert model.shape_for("EnvironmentMap").metadata["max"] == ENV_MAX_ENTRIES
+    assert model.shape_for("EnvironmentKey").metadata["max"] == ENV_MAX_KEY_CHARS
+    assert model.shape_for("EnvironmentValue").metadata["max"] == ENV_MAX_VALUE_CHARS
+
+    with pytest.raises(ServingConfigError) as err:
+        ServingConfig(**S3, extra_args={"chat_template": "x" * (ENV_MAX_VALUE_CHARS + 1)})
+    assert err.value.field_name == "extra_args['chat_template']" and "1024" in str(err.value)
+    ServingConfig(**S3, extra_args={"chat_template": "x" * ENV_MAX_VALUE_CHARS})  # the bound itself is allowed
+    many = {f"flag_{i}": i for i in range(ENV_MAX_ENTRIES)}
+    with pytest.raises(ServingConfigError) as err:
+        ServingConfig(**S3, extra_args=many)
+    assert err.value.field_name == "extra_args" and "at most 100" in str(err.value)

@@ -11,6 +11,7 @@ import pytest
 from moto import mock_aws
 
 from harness.aws import inventory
+from stacks.environments import ENVIRONMENTS
 from tests.stacks.template_helpers import STAGES
 
 # Fake credentials, the region set and the extension loaded, for every test here (conftest.py).
@@ -32,6 +33,7 @@ def _everything(session: boto3.Session) -> dict[str, list[str]]:
         "log groups": [g["logGroupName"] for g in session.client("logs").describe_log_groups()["logGroups"]],
         "roles": [r["RoleName"] for r in session.client("iam").list_roles()["Roles"]],
         "topics": [t["TopicArn"] for t in session.client("sns").list_topics()["Topics"]],
+        "subscriptions": [s["SubscriptionArn"] for s in session.client("sns").list_subscriptions()["Subscriptions"]],
     }
 
 
@@ -65,6 +67,8 @@ def test_stage_creates_every_resource_and_deletes_all(stage: str, stage_stacks, 
                           "metric filter", "log group"):
                 assert counts[label] >= 1, f"{stage}: the template declares no {label}\n{table}"
             assert counts["alarm"] >= 2, f"{stage}: expected TTFT and error alarms at least\n{table}"
+            subscribers = next(env for env in ENVIRONMENTS if env.name == stage).alarm_subscribers
+            assert counts["alarm subscription"] == sum(s.kind != "topic" for s in subscribers), table
 
             # The autoscaling target names the endpoint CloudFormation created, by its real name.
             endpoint_names = set(_everything(session)["endpoints"])

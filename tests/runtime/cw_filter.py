@@ -1,5 +1,8 @@
 """A small evaluator for the subset of CloudWatch Logs JSON filter patterns our metric filters use.
 
+Our own stand-in for CloudWatch Logs, which does not run offline (moto stores filters but never applies
+them); it follows the pattern syntax AWS documents for JSON log events.
+
 Grammar (CloudWatch's, reduced): ``{ EXPR }`` where EXPR is terms joined by ``&&`` / ``||`` with
 parentheses, and a term is ``$.path OP VALUE``: OP one of = != < > <= >=, VALUE a double-quoted string,
 a number, or ``*`` (the field exists). Like CloudWatch, a log event that is not a JSON object matches

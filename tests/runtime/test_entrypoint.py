@@ -43,10 +43,12 @@ CONFIGS = [
     {"num_speculative_tokens": 1, "tensor_parallel_size": 2, "max_model_len": 4096, "dtype": "bfloat16"},
     {"num_speculative_tokens": 32, "max_num_seqs": 8, "gpu_memory_utilization": 0.5,
      "served_model_name": "org/model-a", "extra_args": {"enable_prefix_caching": True, "block_size": 32}},
+    # Off: flags vLLM turns on by default (the DLC rule would drop a plain `false`), and one it keeps off.
+    {"extra_args": {"enable_prefix_caching": False, "enable_chunked_prefill": False, "disable_log_stats": False}},
 ]
 
 
-@pytest.mark.parametrize("kw", CONFIGS, ids=["defaults", "tp2-bf16", "k32-extras"])
+@pytest.mark.parametrize("kw", CONFIGS, ids=["defaults", "tp2-bf16", "k32-extras", "flags-off"])
 def test_round_trip_through_vllm_parser(vllm_parser, tiny_pair, kw):
     from vllm.engine.arg_utils import AsyncEngineArgs
 
@@ -73,6 +75,27 @@ def test_round_trip_through_vllm_parser(vllm_parser, tiny_pair, kw):
     assert engine.per_request_spec_decode_metrics == "summary"
     assert 0 < engine.shutdown_timeout < 30  # streams drain before SageMaker's SIGKILL
     assert child_env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+
+
+def test_a_flag_vllm_turns_on_by_default_is_off_when_the_config_says_false(vllm_parser, tiny_pair):
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    default = AsyncEngineArgs.from_cli_args(_parse(vllm_parser, build_command(_env_for(tiny_pair))[0]))
+    env = _env_for(tiny_pair, extra_args={"enable_prefix_caching": False})
+    assert env["SM_VLLM_NO_ENABLE_PREFIX_CACHING"] == "true" and "SM_VLLM_ENABLE_PREFIX_CACHING" not in env
+    off = AsyncEngineArgs.from_cli_args(_parse(vllm_parser, build_command(env)[0]))
+    assert default.enable_prefix_caching is not False and off.enable_prefix_caching is False
+
+
+def test_the_flags_without_a_no_form_are_vllms_own(vllm_parser):
+    """The contract renders False as --no-<flag>; vLLM's parser decides which flags have that form."""
+    import argparse
+
+    from peagle_contract.serving import FLAGS_WITHOUT_NO_FORM
+
+    store_true = {a.dest for a in vllm_parser._actions if isinstance(a, argparse._StoreTrueAction)}
+    optional = {a.dest for a in vllm_parser._actions if isinstance(a, argparse.BooleanOptionalAction)}
+    assert store_true == set(FLAGS_WITHOUT_NO_FORM) and len(optional) > 50
 
 
 def test_serve_argument_and_local_listener(tiny_pair, vllm_parser):

@@ -97,6 +97,19 @@ def test_metrics_show_drafts(server):
     assert sum(counters.accepted_per_position) == counters.accepted
 
 
+def test_the_promql_alarms_read_metric_families_vllm_really_exposes(server):
+    """The names in the constructs' PromQL alarms, against a real vLLM server's /metrics (what SageMaker scrapes)."""
+    from peagle_constructs.native_metrics import VllmMetricNames
+
+    families = {line.split("{", 1)[0].split(" ", 1)[0] for line in
+                httpx.get(server.base + "/metrics", timeout=30).text.splitlines() if line and not line.startswith("#")}
+    names = VllmMetricNames()
+    for histogram in (names.time_to_first_token, names.inter_token_latency):
+        assert f"{histogram}_bucket" in families, histogram
+    for counter in (names.accepted_tokens, names.draft_tokens):
+        assert f"{counter}_total" in families, counter
+
+
 def test_one_drafter_pass_per_step(server):
     """P-EAGLE drafts all K=4 tokens in one forward: drafter passes track verify steps, not steps x K."""
     def drafts() -> float:

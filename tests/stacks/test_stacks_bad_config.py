@@ -7,8 +7,10 @@ from dataclasses import replace
 import pytest
 from aws_cdk import App, Duration
 
-from peagle_constructs import AutoscalingOptions, DeploymentPolicy, ServingConfigError
-from stacks.application import build_app
+from peagle_constructs import (
+    AlarmThresholds, AutoscalingOptions, DeploymentPolicy, DetailedObservability, ServingConfigError,
+)
+from stacks.application import OFFLINE, build_app
 from stacks.environments import DEV, PROD, STAGING
 
 
@@ -52,13 +54,25 @@ CASES = [
     ("environment-name-case-clash", lambda: [DEV, replace(STAGING, name="dev")],
      "environments[1].name", "case-insensitive"),
     ("bad-environment-name", lambda: [replace(DEV, name="dev env")], "environment.name", "letters and digits"),
+    ("prod-with-nobody-to-tell", lambda: [replace(PROD, alarm_subscribers=())], "Prod.alarm_subscribers",
+     "at least one AlarmSubscriber"),
+    ("long-extra-arg", serving(extra_args={"chat_template": "{{ x }}" * 200}), "extra_args['chat_template']",
+     "at most 1024"),
+    ("two-bundles-share-a-prefix", serving(drafter_model="s3://peagle-weights-dev/bundles/other/drafter/"),
+     "target_model", "one folder below it"),
+    ("bad-weights-key", dev(weights_key_arn="alias/weights"), "Dev.weights_key_arn", "a KMS key ARN"),
+    ("rolling-batch-too-large", lambda: [replace(PROD, deployment=DeploymentPolicy.rolling(percent=75))],
+     "deployment.percent", "5..50"),
+    ("publish-frequency", dev(detailed_observability=DetailedObservability(publish_frequency=Duration.seconds(15))),
+     "detailed_observability.publish_frequency", "10, 30, 60"),
+    ("tpot-threshold-zero", dev(alarms=AlarmThresholds(tpot_p90_ms=0)), "monitoring.tpot_p90_ms", "positive"),
 ]
 
 
 @pytest.mark.parametrize(("make_environments", "field", "allowed"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_configuration_fails_at_synth(make_environments, field, allowed):
     with pytest.raises(ServingConfigError) as caught:
-        build_app(App(), make_environments(), nag=False)
+        build_app(App(context=OFFLINE), make_environments(), nag=False)
     message = str(caught.value)
     assert caught.value.field_name == field, message
     assert message.startswith(f"{field}: "), message
@@ -67,5 +81,5 @@ def test_bad_configuration_fails_at_synth(make_environments, field, allowed):
 
 def test_the_good_configuration_builds():
     """The control for the table: the unchanged environments build without error."""
-    stages = build_app(App(), [DEV, STAGING, PROD], nag=False)
+    stages = build_app(App(context=OFFLINE), [DEV, STAGING, PROD], nag=False)
     assert sorted(stages) == ["Dev", "Prod", "Staging"]

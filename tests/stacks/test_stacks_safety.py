@@ -35,11 +35,11 @@ def test_an_unacknowledged_finding_fails_synth(tmp_path, monkeypatch):
     from aws_cdk import App
 
     import peagle_constructs.security as security
-    from stacks.application import build_app
+    from stacks.application import OFFLINE, build_app
     from stacks.environments import DEV
 
     monkeypatch.setattr(security, "_acknowledge", lambda *args, **kwargs: None)
-    app = App(outdir=str(tmp_path))
+    app = App(outdir=str(tmp_path), context=OFFLINE)
     build_app(app, [DEV])
     with pytest.raises(Exception, match="ValidationFailed"):
         app.synth()
@@ -52,7 +52,7 @@ def test_every_acknowledgement_is_needed_and_has_a_reason(monkeypatch):
     from aws_cdk import App
 
     import peagle_constructs.security as security
-    from stacks.application import build_app
+    from stacks.application import OFFLINE, build_app
     from stacks.environments import ENVIRONMENTS
 
     made: set[tuple[str, str]] = set()
@@ -62,7 +62,7 @@ def test_every_acknowledgement_is_needed_and_has_a_reason(monkeypatch):
         made.add((construct.node.path, finding))
 
     monkeypatch.setattr(security, "_acknowledge", record)
-    stages = build_app(App(), ENVIRONMENTS, nag=False)
+    stages = build_app(App(context=OFFLINE), ENVIRONMENTS, nag=False)
     found: set[tuple[str, str]] = set()
     for stage in stages.values():
         for pack in NAG_PACKS:

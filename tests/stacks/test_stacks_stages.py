@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from stacks.application import OFFLINE_ACCOUNT, OFFLINE_REGION
+from peagle_constructs import ServingConfigError
+from stacks.application import OFFLINE, OFFLINE_ACCOUNT, OFFLINE_REGION
 from stacks.environments import ENVIRONMENTS, PROD, STAGING
 from tests.stacks.template_helpers import STAGES, only
 
@@ -20,14 +21,17 @@ def test_every_environment_is_a_stage_with_one_peagle_stack(synthesized_app):
         assert [s.hierarchical_id for s in nested.stacks] == [f"{name}/PEagle"]
 
 
+IMAGE = {"imageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/x:1"}
+
+
 @pytest.mark.parametrize(("context", "environ", "expected"), [
-    ({}, {}, (OFFLINE_ACCOUNT, OFFLINE_REGION)),
     ({}, {"CDK_DEFAULT_ACCOUNT": "555555555555", "CDK_DEFAULT_REGION": "eu-west-1"}, ("555555555555", "eu-west-1")),
     ({"account": "444444444444", "region": "eu-central-1"}, {"CDK_DEFAULT_ACCOUNT": "555555555555"},
      ("444444444444", "eu-central-1")),
+    (OFFLINE, {}, (OFFLINE_ACCOUNT, OFFLINE_REGION)),
 ])
-def test_account_and_region_from_context_then_environment_then_offline_defaults(monkeypatch, context, environ,
-                                                                                expected):
+def test_account_and_region_from_context_then_the_cli_then_an_explicit_offline_placeholder(
+        monkeypatch, context, environ, expected):
     from aws_cdk import App
 
     from stacks.application import build_app
@@ -36,9 +40,27 @@ def test_account_and_region_from_context_then_environment_then_offline_defaults(
         monkeypatch.delenv(var, raising=False)
     for var, value in environ.items():
         monkeypatch.setenv(var, value)
-    stages = build_app(App(context={"imageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/x:1", **context}),
-                       nag=False)
+    stages = build_app(App(context={**IMAGE, **context}), nag=False)
     assert {(stage.account, stage.region) for stage in stages.values()} == {expected}
+
+
+def test_synth_without_an_account_says_so_unless_offline(monkeypatch, tmp_path):
+    """No silent made-up account in a template meant for a deploy; the placeholder only when asked for."""
+    from aws_cdk import App
+    from aws_cdk.cx_api import SynthesisMessageLevel
+
+    from stacks.application import build_app
+
+    for var in ("CDK_DEFAULT_ACCOUNT", "CDK_DEFAULT_REGION"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ServingConfigError) as caught:
+        build_app(App(context=IMAGE), nag=False)
+    assert caught.value.field_name == "Dev.account" and "-c offline=true" in str(caught.value)
+    app = App(context={**IMAGE, **OFFLINE}, outdir=str(tmp_path))
+    build_app(app, nag=False)
+    assembly = app.synth().get_nested_assembly("assembly-Dev")
+    warnings = [m for stack in assembly.stacks for m in stack.messages if m.level == SynthesisMessageLevel.WARNING]
+    assert any("placeholder account 111111111111" in str(m.entry.data) for m in warnings), warnings
 
 
 @pytest.mark.parametrize("name", STAGES)
@@ -97,12 +119,18 @@ def test_fleets_grow_and_prod_deploys_by_canary(templates):
 
 
 @pytest.mark.parametrize("name", STAGES)
-def test_rollback_alarms_are_the_stack_alarms(templates, name):
-    alarms = {logical_id for logical_id, _ in
-              ((k, v) for k, v in templates[name]["Resources"].items() if v["Type"] == "AWS::CloudWatch::Alarm")}
+def test_rollback_alarms_are_the_stacks_metric_alarms_on_healthy_fleet_signals(templates, name):
+    alarms = {logical_id: alarm["Properties"] for logical_id, alarm in templates[name]["Resources"].items()
+              if alarm["Type"] == "AWS::CloudWatch::Alarm"}
     _, endpoint = only(templates[name], "AWS::SageMaker::Endpoint")
-    rollback = endpoint["Properties"]["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]
-    assert {a["AlarmName"]["Ref"] for a in rollback} == alarms and len(alarms) == 4
+    rollback = {a["AlarmName"]["Ref"] for a in endpoint["Properties"]["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]}
+    assert rollback <= set(alarms) and len(rollback) <= 10
+    names = {alarms[i]["AlarmName"].removeprefix(f"peagle-{name.lower()}-") for i in rollback}
+    assert names == {"TimeToFirstTokenP90", "TimePerOutputTokenP90", "Invocation5XXErrorRate",
+                     "InvocationModelErrorRate", "AcceptanceRate"}
+    # Whole-request latency and the PromQL alarms notify only.
+    assert not any("PromQLCriteria" in str(alarms[i].get("EvaluationCriteria")) for i in rollback)
+    assert "ModelLatencyP99" not in names
 
 
 def test_default_image_is_the_runtime_dockerfile_asset_tagged_with_the_release(synthesized_app):

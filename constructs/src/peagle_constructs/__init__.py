@@ -14,12 +14,14 @@ from peagle_constructs.image import ContainerImage
 from peagle_constructs.instance_types import GPU_FAMILIES, InstanceType
 from peagle_constructs.model import PEagleModel
 from peagle_constructs.monitoring import AlarmThresholds, EndpointMonitoring
+from peagle_constructs.native_metrics import DetailedObservability, VllmMetricNames
+from peagle_constructs.notifications import AlarmSubscriber, AlarmTopic
 from peagle_constructs.peagle_endpoint import AutoscalingOptions, PEagleEndpoint
 from peagle_constructs.security import NAG_PACKS, add_nag_packs
 
 __all__ = [
-    "AlarmThresholds", "AutoscalingOptions", "ConfigError", "ContainerImage", "DeploymentPolicy",
-    "EndpointAutoscaling", "EndpointMonitoring", "GPU_FAMILIES", "InstanceType", "NAG_PACKS", "PEagleEndpoint",
-    "PEagleEndpointConfig", "PEagleInferenceEndpoint", "PEagleModel", "ScalingMetric", "ServingConfig",
-    "ServingConfigError", "add_nag_packs",
+    "AlarmSubscriber", "AlarmThresholds", "AlarmTopic", "AutoscalingOptions", "ConfigError", "ContainerImage",
+    "DeploymentPolicy", "DetailedObservability", "EndpointAutoscaling", "EndpointMonitoring", "GPU_FAMILIES",
+    "InstanceType", "NAG_PACKS", "PEagleEndpoint", "PEagleEndpointConfig", "PEagleInferenceEndpoint",
+    "PEagleModel", "ScalingMetric", "ServingConfig", "ServingConfigError", "VllmMetricNames", "add_nag_packs",
 ]

@@ -1,4 +1,11 @@
-"""How an endpoint moves to a new config: blue/green traffic shifting with a bake time and auto-rollback."""
+"""How an endpoint moves to a new config: blue/green traffic shifting or a rolling update, with a bake time
+and auto-rollback on alarms.
+
+Blue/green brings up a whole second fleet beside the old one before shifting traffic: the safest, but it
+needs twice the GPU instances for the length of the update, which GPU quotas often refuse. A rolling
+update replaces the fleet batch by batch (a batch of new instances comes up, bakes, then the same number of
+old ones go), so it needs only one batch of extra instances.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +16,18 @@ from aws_cdk import Duration
 from peagle_constructs.errors import ConfigError
 
 SHIFT_MODES = ("ALL_AT_ONCE", "CANARY", "LINEAR")
+ROLLING = "ROLLING"
 SIZE_UNITS = ("INSTANCE_COUNT", "CAPACITY_PERCENT")
 WAIT_MAX_S = 3600
+MAX_ROLLBACK_ALARMS = 10  # SageMaker's AutoRollbackConfig
 EXECUTION_TIMEOUT_MIN_S, EXECUTION_TIMEOUT_MAX_S = 600, 28800
 
 
 @dataclass(frozen=True, kw_only=True)
 class DeploymentPolicy:
-    """Blue/green traffic shifting. Build it with :meth:`canary`, :meth:`linear` or :meth:`all_at_once`.
+    """Build it with :meth:`canary`, :meth:`linear` or :meth:`all_at_once` (blue/green), or :meth:`rolling`.
 
-    ``bake`` is how long each traffic step runs while the rollback alarms watch it; ``size`` (CANARY, LINEAR)
+    ``bake`` is how long each step runs while the rollback alarms watch it; ``size`` (CANARY, LINEAR, ROLLING)
     is the share of the fleet moved per step, in instances or percent, and at most half the fleet so that
     a bad step never carries most of the traffic.
     """
@@ -29,6 +38,13 @@ class DeploymentPolicy:
     size_unit: str = "CAPACITY_PERCENT"
     termination_wait: Duration = Duration.minutes(5)
     maximum_execution_timeout: Duration | None = None
+    # ROLLING only: how many instances a rollback restores at a time; None: the whole old fleet at once.
+    rollback_size: int | None = None
+    rollback_size_unit: str = "CAPACITY_PERCENT"
+
+    @property
+    def is_rolling(self) -> bool:
+        return self.mode == ROLLING
 
     @classmethod
     def canary(cls, *, percent: int | None = None, instances: int | None = None,
@@ -43,13 +59,25 @@ class DeploymentPolicy:
         return cls(mode="LINEAR", bake=bake, size=size, size_unit=unit, termination_wait=termination_wait)
 
     @classmethod
+    def rolling(cls, *, percent: int | None = None, instances: int | None = None,
+                bake: Duration = Duration.minutes(10), rollback_percent: int | None = None,
+                rollback_instances: int | None = None,
+                maximum_execution_timeout: Duration | None = None) -> "DeploymentPolicy":
+        """Replace the fleet ``percent`` (5..50) or ``instances`` at a time, each batch baking ``bake``."""
+        size, unit = _size(percent, instances)
+        rollback, rollback_unit = ((None, "CAPACITY_PERCENT") if rollback_percent is None and rollback_instances is None
+                                   else _size(rollback_percent, rollback_instances))
+        return cls(mode=ROLLING, bake=bake, size=size, size_unit=unit, rollback_size=rollback,
+                   rollback_size_unit=rollback_unit, maximum_execution_timeout=maximum_execution_timeout)
+
+    @classmethod
     def all_at_once(cls, *, bake: Duration = Duration.minutes(5),
                     termination_wait: Duration = Duration.minutes(5)) -> "DeploymentPolicy":
         return cls(mode="ALL_AT_ONCE", bake=bake, termination_wait=termination_wait)
 
     def validate(self, *, instance_count: int) -> None:
-        if self.mode not in SHIFT_MODES:
-            raise ConfigError("deployment.mode", f"got {self.mode!r}; allowed: one of {SHIFT_MODES}")
+        if self.mode not in (*SHIFT_MODES, ROLLING):
+            raise ConfigError("deployment.mode", f"got {self.mode!r}; allowed: one of {(*SHIFT_MODES, ROLLING)}")
         for name, value in (("deployment.bake", self.bake), ("deployment.termination_wait", self.termination_wait)):
             if not isinstance(value, Duration) or not 0 <= value.to_seconds() <= WAIT_MAX_S:
                 raise ConfigError(name, f"got {value!r}; allowed: a Duration of 0..{WAIT_MAX_S} s")
@@ -60,29 +88,52 @@ class DeploymentPolicy:
                                   f"got {seconds} s; allowed: {EXECUTION_TIMEOUT_MIN_S}..{EXECUTION_TIMEOUT_MAX_S} s")
         if self.mode == "ALL_AT_ONCE":
             return
-        if self.size_unit not in SIZE_UNITS:
-            raise ConfigError("deployment.size_unit", f"got {self.size_unit!r}; allowed: one of {SIZE_UNITS}")
-        field = "deployment.instances" if self.size_unit == "INSTANCE_COUNT" else "deployment.percent"
-        if self.size_unit == "INSTANCE_COUNT":
-            half = instance_count // 2
-            if half < 1:
-                raise ConfigError(field, f"a {self.mode} step needs a fleet of at least 2 instances, got instance_count="
-                                  f"{instance_count}; allowed: DeploymentPolicy.all_at_once() for a single instance")
-            if not isinstance(self.size, int) or not 1 <= self.size <= half:
-                raise ConfigError(field, f"got {self.size!r} for a fleet of {instance_count}; allowed: 1..{half} "
-                                  "(at most half the fleet)")
-        else:
-            low = 10 if self.mode == "LINEAR" else 1
-            if not isinstance(self.size, int) or not low <= self.size <= 50:
-                raise ConfigError(field, f"got {self.size!r}; allowed: {low}..50 percent of the fleet")
+        # A rolling batch is 5..50 % of the variant (SageMaker's RollingUpdatePolicy); a canary or linear step
+        # 1..50 % (10..50 for linear), so that a bad step never carries most of the traffic.
+        low = 5 if self.is_rolling else 10 if self.mode == "LINEAR" else 1
+        _check_size(self.size, self.size_unit, "deployment", low=low, mode=self.mode, instance_count=instance_count)
+        if self.is_rolling and self.rollback_size is not None:
+            _check_size(self.rollback_size, self.rollback_size_unit, "deployment.rollback", low=1, high_percent=100,
+                        mode=self.mode, instance_count=instance_count, at_most_half=False)
 
-    def maximum_execution_seconds(self) -> int:
+    def steps(self, instance_count: int) -> int:
+        """Traffic steps (blue/green) or batches (rolling) an update of a fleet of ``instance_count`` takes."""
+        if self.mode == "ALL_AT_ONCE":
+            return 1
+        if self.mode == "CANARY":
+            return 2
+        if self.size_unit == "INSTANCE_COUNT":
+            return max(2, -(-instance_count // (self.size or 1)))
+        return max(2, -(-100 // (self.size or 50)))
+
+    def maximum_execution_seconds(self, instance_count: int) -> int:
         if self.maximum_execution_timeout is not None:
             return int(self.maximum_execution_timeout.to_seconds())
-        # Enough for every step to bake plus an LLM's new fleet to start, inside the service's limits.
-        steps = 1 if self.mode == "ALL_AT_ONCE" else (2 if self.mode == "CANARY" else max(2, 100 // (self.size or 50)))
-        wanted = 3600 + steps * int(self.bake.to_seconds()) + int(self.termination_wait.to_seconds())
+        # Enough for every step to bake plus an LLM's new instances to start (a rolling update starts new
+        # instances for every batch), inside the service's limits.
+        steps = self.steps(instance_count)
+        starts = steps if self.is_rolling else 1
+        wanted = 1800 * starts + steps * int(self.bake.to_seconds()) + int(self.termination_wait.to_seconds())
         return max(EXECUTION_TIMEOUT_MIN_S, min(EXECUTION_TIMEOUT_MAX_S, wanted))
+
+
+def _check_size(size: object, unit: str, prefix: str, *, low: int, mode: str, instance_count: int,
+                high_percent: int = 50, at_most_half: bool = True) -> None:
+    if unit not in SIZE_UNITS:
+        raise ConfigError(f"{prefix}.size_unit", f"got {unit!r}; allowed: one of {SIZE_UNITS}")
+    if unit == "INSTANCE_COUNT":
+        field = f"{prefix}.instances"
+        high = instance_count // 2 if at_most_half else instance_count
+        if high < 1:
+            raise ConfigError(field, f"a {mode} step needs a fleet of at least 2 instances, got instance_count="
+                              f"{instance_count}; allowed: DeploymentPolicy.all_at_once() for a single instance")
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= high:
+            raise ConfigError(field, f"got {size!r} for a fleet of {instance_count}; allowed: 1..{high}"
+                              + (" (at most half the fleet)" if at_most_half else ""))
+    else:
+        field = f"{prefix}.percent"
+        if isinstance(size, bool) or not isinstance(size, int) or not low <= size <= high_percent:
+            raise ConfigError(field, f"got {size!r}; allowed: {low}..{high_percent} percent of the fleet")
 
 
 def _size(percent: int | None, instances: int | None) -> tuple[int | None, str]:

@@ -11,6 +11,7 @@ from peagle_constructs import security
 from peagle_constructs.errors import ConfigError, check_int_range
 from peagle_constructs.instance_types import InstanceType
 from peagle_constructs.model import PEagleModel
+from peagle_constructs.native_metrics import DetailedObservability
 
 TIMEOUT_MIN_S, TIMEOUT_MAX_S = 60, 3600
 # A 20B-120B model needs minutes to copy from S3 and minutes more to load and warm up; SageMaker's
@@ -41,7 +42,9 @@ def _seconds(value: Duration, field_name: str) -> int:
 class PEagleEndpointConfig(Construct):
     """One production variant of ``model`` on ``instance_type``; no physical name (replaced on change).
 
-    ``encryption_key`` encrypts the ML storage volume; SageMaker refuses a key on instance families with local
+    ``detailed_observability`` is set explicitly on every config (SageMaker then publishes vLLM's own
+    /metrics to CloudWatch; see :mod:`peagle_constructs.native_metrics`). ``encryption_key`` encrypts the ML
+    storage volume; SageMaker refuses a key on instance families with local
     NVMe storage (hardware-encrypted), so passing one there is an error and leaving it out is acknowledged
     in :mod:`peagle_constructs.security`. ``volume_size_gb`` is likewise for EBS-backed families only.
     """
@@ -61,8 +64,12 @@ class PEagleEndpointConfig(Construct):
         routing_strategy: str = "LEAST_OUTSTANDING_REQUESTS",
         encryption_key: kms.IKey | None = None,
         volume_size_gb: int | None = None,
+        detailed_observability: DetailedObservability = DetailedObservability(),
     ) -> None:
         super().__init__(scope, id)
+        if not isinstance(detailed_observability, DetailedObservability):
+            raise ConfigError("detailed_observability",
+                              f"got {detailed_observability!r}; allowed: a DetailedObservability")
         self.instance_type = InstanceType.of(instance_type)
         self.instance_count = check_int_range(instance_count, "instance_count", 1, 100)
         tp = model.serving.tensor_parallel_size
@@ -108,10 +115,12 @@ class PEagleEndpointConfig(Construct):
             routing_config=sagemaker.CfnEndpointConfig.RoutingConfigProperty(routing_strategy=routing_strategy),
             volume_size_in_gb=volume_size_gb,
         )
+        self.detailed_observability = detailed_observability
         self.cfn_endpoint_config = sagemaker.CfnEndpointConfig(
             self, "Resource",
             production_variants=[variant],
             kms_key_id=encryption_key.key_arn if encryption_key is not None else None,
+            metrics_config=detailed_observability.render(),
         )
         self.endpoint_config_name: str = self.cfn_endpoint_config.attr_endpoint_config_name
         if nvme:

@@ -11,7 +11,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
-from peagle_contract.serving import ServingConfig, is_s3_uri
+from peagle_contract.serving import ServingConfig, ServingConfigError, check_environment_limits, is_s3_uri
 
 from peagle_constructs import security
 from peagle_constructs.errors import ConfigError
@@ -61,6 +61,10 @@ class PEagleModel(Construct):
             **serving.to_environment(target_dir=self.layout.target_dir, drafter_dir=self.layout.drafter_dir),
             **(environment or {}),
         }
+        try:
+            check_environment_limits(self.environment, "environment")
+        except ServingConfigError as exc:
+            raise ConfigError(exc.field_name, str(exc).split(": ", 1)[1]) from None
 
         self.role = iam.Role(
             self, "ExecutionRole",
@@ -109,8 +113,12 @@ class PEagleModel(Construct):
         statements.append(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
         log_group_arn = (log_group.log_group_arn if log_group is not None else
                          f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:{ENDPOINT_LOG_GROUP_PREFIX}*")
+        # The four actions SageMaker lists for a hosting execution role. The group exists before the endpoint
+        # (CloudFormation creates it first), so CreateLogGroup can only meet that group: kept because AWS does
+        # not document that the hosting agent tolerates being refused it.
         statements.append(iam.PolicyStatement(
-            actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"], resources=[log_group_arn],
+            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            resources=[log_group_arn],
         ))
         statements.append(iam.PolicyStatement(
             actions=["cloudwatch:PutMetricData"], resources=["*"],

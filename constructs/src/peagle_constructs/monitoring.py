@@ -1,15 +1,26 @@
-"""The endpoint's log group, request metrics from the runtime's JSON lines, alarms, topic and dashboard.
+"""The endpoint's log group, request metrics from the runtime's JSON lines, alarms, notifications and dashboard.
 
-Metric filters come from :mod:`peagle_contract.request_log` (the schema the runtime writes), never from
-field names typed here. Acceptance: per request the runtime logs drafted and accepted token counts, so
-the dashboard plots the acceptance rate (accepted / drafted, summed over the period, so token-weighted)
-and the acceptance length AL = 1 + K * accepted / drafted, which equals vLLM's 1 + accepted / drafts
-because every draft step proposes exactly K tokens.
+Two metric paths. Ours works everywhere: metric filters generated from :mod:`peagle_contract.request_log`
+(the schema the runtime writes), never from field names typed here. AWS's native one: SageMaker's detailed
+observability publishes vLLM's own metrics, read by PromQL alarms (:mod:`peagle_constructs.native_metrics`).
+
+Which alarms roll a deployment back. SageMaker's guardrails take "CloudWatch alarms ... configured to
+monitor metrics on an endpoint" by name (AutoRollbackConfig, at most 10); they do not say PromQL alarms
+qualify, so the rollback set is metric alarms only, on the signals a healthy fleet never trips whatever its
+clients ask for: time to first token and time per output token (from the request lines), the 5XX and model
+error rates, and the drafter's acceptance rate - a falling acceptance rate is the P-EAGLE regression no
+AWS default watches. The PromQL alarms carry the same signals from vLLM's side and notify only.
+
+Acceptance: per request the runtime logs drafted and accepted token counts, so the dashboard plots the
+acceptance rate (accepted / drafted, summed over the period, so token-weighted) and the acceptance length
+AL = 1 + K * accepted / drafted, which equals vLLM's 1 + accepted / drafts because every draft step
+proposes exactly K tokens.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from aws_cdk import Aws, Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -17,7 +28,6 @@ from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from peagle_contract import request_log
@@ -25,45 +35,71 @@ from peagle_contract.request_log import METRIC_FIELDS, MetricField
 from peagle_contract.serving import check_num_speculative_tokens
 
 from peagle_constructs.errors import ConfigError
+from peagle_constructs.native_metrics import VllmMetricNames, acceptance_rate_query, quantile_query
+from peagle_constructs.notifications import AlarmSubscriber, AlarmTopic
 from peagle_constructs.sagemaker_names import (
     ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE, INVOCATION_METRICS_NAMESPACE,
 )
+
 _FIELDS_BY_METRIC = {f.metric_name: f for f in METRIC_FIELDS}
 
 
 @dataclass(frozen=True, kw_only=True)
 class AlarmThresholds:
-    """When the rollback alarms fire. Latency thresholds in milliseconds, errors per ``period``."""
+    """When the alarms fire. Latencies in milliseconds, rates in percent of requests (or of draft tokens).
+
+    Whole-request latency (SageMaker's ModelLatency) is not a rollback signal: it grows with the tokens a
+    client asks for, and a healthy 16K-token whole-body answer takes minutes. It notifies only, by default at
+    60 s p99 - SageMaker's limit for an InvokeEndpoint answer, past which clients get errors anyway.
+    """
 
     ttft_p90_ms: float = 2000.0
-    model_latency_p99_ms: float = 120_000.0
-    invocation_5xx_errors: int = 5
-    model_errors: int = 5
+    tpot_p90_ms: float = 100.0
+    error_rate_percent: float = 5.0  # Invocation5XXErrors per invocation
+    model_error_rate_percent: float = 5.0  # InvocationModelErrors per invocation
+    acceptance_rate_min: float | None = 0.1  # accepted per drafted token; None: no acceptance alarm
+    model_latency_p99_ms: float = 60_000.0  # notification only
+    # Below this many requests in a period, rates and acceptance never alarm (one failed request in two is not
+    # a fleet-wide 50% error rate); percentiles use CloudWatch's own low-sample rule (too few: not evaluated).
+    min_requests: int = 10
     period: Duration = Duration.minutes(1)
     evaluation_periods: int = 3
     datapoints_to_alarm: int = 2
+    promql_window: Duration = Duration.minutes(5)
 
     def validate(self) -> None:
-        for name in ("ttft_p90_ms", "model_latency_p99_ms"):
+        for name in ("ttft_p90_ms", "tpot_p90_ms", "model_latency_p99_ms"):
+            _positive(getattr(self, name), f"monitoring.{name}", "a positive number of milliseconds")
+        for name in ("error_rate_percent", "model_error_rate_percent"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"monitoring.{name}", f"got {value!r}; allowed: a positive number of milliseconds")
-        for name in ("invocation_5xx_errors", "model_errors"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"monitoring.{name}", f"got {value!r}; allowed: an integer >= 1")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100:
+                raise ConfigError(f"monitoring.{name}", f"got {value!r}; allowed: a percentage in (0, 100]")
+        rate = self.acceptance_rate_min
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < 1):
+            raise ConfigError("monitoring.acceptance_rate_min", f"got {rate!r}; allowed: a fraction in (0, 1), or None")
+        if isinstance(self.min_requests, bool) or not isinstance(self.min_requests, int) or self.min_requests < 1:
+            raise ConfigError("monitoring.min_requests", f"got {self.min_requests!r}; allowed: an integer >= 1")
         if self.period.to_seconds() not in (10, 30) and self.period.to_seconds() % 60:
             raise ConfigError("monitoring.period", f"got {self.period.to_seconds()} s; allowed: 10, 30 or a multiple of 60 s")
         if not 1 <= self.datapoints_to_alarm <= self.evaluation_periods:
             raise ConfigError("monitoring.datapoints_to_alarm",
                               f"got {self.datapoints_to_alarm}; allowed: 1..evaluation_periods ({self.evaluation_periods})")
+        if not 60 <= self.promql_window.to_seconds() <= 3600:
+            raise ConfigError("monitoring.promql_window", f"got {self.promql_window.to_seconds()} s; allowed: 60..3600 s")
+
+
+def _positive(value: object, field: str, allowed: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(field, f"got {value!r}; allowed: {allowed}")
 
 
 class EndpointMonitoring(Construct):
     """Observability for one endpoint variant, keyed by the endpoint's (known) name.
 
     Creates the log group SageMaker writes container output to (``/aws/sagemaker/Endpoints/<name>``) with
-    retention and KMS, so its lifetime and encryption are ours rather than the service's defaults.
+    retention and KMS, so its lifetime and encryption are ours rather than the service's defaults. Every
+    alarm is named ``<endpoint name>-<what>`` and notifies ``subscribers`` through :class:`AlarmTopic`.
+    ``native_alarms`` adds the PromQL alarms on vLLM's metrics (they need detailed observability on).
     """
 
     def __init__(
@@ -79,7 +115,9 @@ class EndpointMonitoring(Construct):
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         thresholds: AlarmThresholds = AlarmThresholds(),
         namespace: str | None = None,
-        topic: sns.ITopic | None = None,
+        subscribers: Sequence[AlarmSubscriber] = (),
+        native_alarms: bool = True,
+        vllm_metrics: VllmMetricNames = VllmMetricNames(),
     ) -> None:
         super().__init__(scope, id)
         check_num_speculative_tokens(num_speculative_tokens, "monitoring.num_speculative_tokens")
@@ -88,6 +126,7 @@ class EndpointMonitoring(Construct):
         self.num_speculative_tokens = num_speculative_tokens
         self.thresholds = thresholds
         self.namespace = namespace or f"{request_log.DEFAULT_NAMESPACE}/{endpoint_name}"
+        self.alarm_name_prefix = f"{endpoint_name}-"
         self.key = encryption_key or kms.Key(
             self, "Key", enable_key_rotation=True, removal_policy=removal_policy,
             description=f"Encrypts the logs and alarm topic of SageMaker endpoint {endpoint_name}",
@@ -119,48 +158,95 @@ class EndpointMonitoring(Construct):
             for field in METRIC_FIELDS
         }
 
-        if topic is None:
-            # Alarms publish through the key: CloudWatch needs to use it, and only over TLS.
-            self.key.add_to_resource_policy(iam.PolicyStatement(
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-                actions=["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"],
-            ))
-            topic = sns.Topic(self, "AlarmTopic", master_key=self.key, enforce_ssl=True,
-                              display_name=f"Alarms of SageMaker endpoint {endpoint_name}")
-        self.topic = topic
+        self.notifications = AlarmTopic(self, "AlarmTopic", key=self.key, alarm_name_prefix=self.alarm_name_prefix,
+                                        subscribers=subscribers,
+                                        display_name=f"Alarms of SageMaker endpoint {endpoint_name}")
+        self.topic = self.notifications.topic
 
-        self.alarms: dict[str, cloudwatch.Alarm] = {}
-        self._alarm("TimeToFirstTokenP90", self.metric_ttft(statistic="p90"), thresholds.ttft_p90_ms,
-                    "TTFT p90 (ms) from the runtime's request lines is above the threshold")
-        self._alarm("ModelLatencyP99", self.metric_model_latency(statistic="p99"),
-                    thresholds.model_latency_p99_ms * 1000.0,  # ModelLatency is in microseconds
-                    "SageMaker ModelLatency p99 is above the threshold")
-        self._alarm("Invocation5XXErrors", self.metric_invocation_5xx_errors(), thresholds.invocation_5xx_errors,
-                    "the endpoint answers with 5xx errors", at_least=True)
-        self._alarm("InvocationModelErrors", self.metric_invocation_model_errors(), thresholds.model_errors,
-                    "the model container answers with errors", at_least=True)
+        t = thresholds
+        op = cloudwatch.ComparisonOperator
+        self.alarms: dict[str, cloudwatch.IAlarm] = {}
+        self._rollback: list[cloudwatch.IAlarm] = []
+        self._metric_alarm("TimeToFirstTokenP90", self.metric_ttft(statistic="p90"), t.ttft_p90_ms,
+                           "TTFT p90 (ms) from the runtime's request lines is above the threshold", rollback=True)
+        self._metric_alarm("TimePerOutputTokenP90", self.metric_tpot(statistic="p90"), t.tpot_p90_ms,
+                           "time per output token p90 (ms) from the request lines is above the threshold",
+                           rollback=True)
+        self._metric_alarm("Invocation5XXErrorRate", self.metric_error_rate("Invocation5XXErrors"),
+                           t.error_rate_percent, "the share of requests answered with a 5xx error is above the threshold",
+                           rollback=True, comparison=op.GREATER_THAN_OR_EQUAL_TO_THRESHOLD)
+        self._metric_alarm("InvocationModelErrorRate", self.metric_error_rate("InvocationModelErrors"),
+                           t.model_error_rate_percent, "the share of requests the model container failed is above the "
+                           "threshold", rollback=True, comparison=op.GREATER_THAN_OR_EQUAL_TO_THRESHOLD)
+        if t.acceptance_rate_min is not None:
+            self._metric_alarm("AcceptanceRate", self.metric_acceptance_rate(min_drafted=t.min_requests * num_speculative_tokens),
+                               t.acceptance_rate_min, "the drafter's accepted share of draft tokens fell below the "
+                               "threshold (a drafter that no longer matches the target)", rollback=True,
+                               comparison=op.LESS_THAN_THRESHOLD)
+        self._metric_alarm("ModelLatencyP99", self.metric_model_latency(statistic="p99"),
+                           t.model_latency_p99_ms * 1000.0,  # ModelLatency is in microseconds
+                           "SageMaker ModelLatency p99 (whole requests) is above the threshold; notification only")
+        if native_alarms:
+            self._native_alarms(vllm_metrics)
         self.dashboard = self._dashboard()
 
     # -- alarms -------------------------------------------------------------------------------------
-    def _alarm(self, id: str, metric: cloudwatch.IMetric, threshold: float, what: str, *, at_least: bool = False) -> None:
-        t = self.thresholds
-        op = cloudwatch.ComparisonOperator
-        comparison = op.GREATER_THAN_OR_EQUAL_TO_THRESHOLD if at_least else op.GREATER_THAN_THRESHOLD
-        alarm = cloudwatch.Alarm(
-            self, id, metric=metric, threshold=threshold,
-            evaluation_periods=t.evaluation_periods, datapoints_to_alarm=t.datapoints_to_alarm,
-            comparison_operator=comparison,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=f"{self.endpoint_name}: {what}. A blue/green deployment rolls back while it is in ALARM.",
-        )
-        action = cloudwatch_actions.SnsAction(self.topic)
-        alarm.add_alarm_action(action)
-        alarm.add_ok_action(action)
+    def _notify(self, id: str, alarm: cloudwatch.IAlarm, *, rollback: bool) -> None:
+        for target in self.notifications.targets:
+            action = cloudwatch_actions.SnsAction(target)
+            alarm.add_alarm_action(action)
+            alarm.add_ok_action(action)
         self.alarms[id] = alarm
+        if rollback:
+            self._rollback.append(alarm)
+
+    def _metric_alarm(self, id: str, metric: cloudwatch.IMetric, threshold: float, what: str, *, rollback: bool = False,
+                      comparison: cloudwatch.ComparisonOperator = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
+                      ) -> None:
+        t = self.thresholds
+        percentile = isinstance(metric, cloudwatch.Metric) and str(metric.statistic).lower().startswith("p")
+        alarm = cloudwatch.Alarm(
+            self, id, metric=metric, threshold=threshold, alarm_name=f"{self.alarm_name_prefix}{id}",
+            evaluation_periods=t.evaluation_periods, datapoints_to_alarm=t.datapoints_to_alarm,
+            comparison_operator=comparison, treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            evaluate_low_sample_count_percentile="ignore" if percentile else None,
+            alarm_description=f"{self.endpoint_name}: {what}."
+                              + (" A deployment rolls back while it is in ALARM." if rollback else ""),
+        )
+        self._notify(id, alarm, rollback=rollback)
+
+    def _native_alarms(self, names: VllmMetricNames) -> None:
+        """PromQL alarms on vLLM's own histograms and counters (detailed observability); notification only."""
+        t = self.thresholds
+        window = t.promql_window
+        queries = {
+            "VllmTimeToFirstTokenP90": (
+                f"{quantile_query(names.time_to_first_token, 0.9, endpoint_name=self.endpoint_name, window=window)}"
+                f" > {t.ttft_p90_ms / 1000.0:g}", "vLLM's time to first token p90 (s) is above the threshold"),
+            "VllmInterTokenLatencyP90": (
+                f"{quantile_query(names.inter_token_latency, 0.9, endpoint_name=self.endpoint_name, window=window)}"
+                f" > {t.tpot_p90_ms / 1000.0:g}", "vLLM's inter-token latency p90 (s) is above the threshold"),
+        }
+        if t.acceptance_rate_min is not None:
+            queries["VllmAcceptanceRate"] = (
+                f"{acceptance_rate_query(names, endpoint_name=self.endpoint_name, window=window)}"
+                f" < {t.acceptance_rate_min:g}", "vLLM's spec-decode acceptance rate fell below the threshold")
+        for id, (query, what) in queries.items():
+            alarm = cloudwatch.PromQLAlarm(
+                self, id, query=query, alarm_name=f"{self.alarm_name_prefix}{id}",
+                evaluation_interval=Duration.minutes(1), pending_period=t.period.plus(t.period),
+                alarm_description=f"{self.endpoint_name}: {what} (PromQL on detailed observability); notification only.",
+            )
+            self._notify(id, alarm, rollback=False)
 
     @property
-    def rollback_alarms(self) -> tuple[cloudwatch.Alarm, ...]:
-        return tuple(self.alarms.values())
+    def rollback_alarms(self) -> tuple[cloudwatch.IAlarm, ...]:
+        """The alarms a deployment rolls back on (metric alarms on signals a healthy fleet never trips)."""
+        return tuple(self._rollback)
+
+    @property
+    def notification_alarms(self) -> tuple[cloudwatch.IAlarm, ...]:
+        return tuple(a for a in self.alarms.values() if a not in self._rollback)
 
     # -- metrics from the request lines -------------------------------------------------------------
     def metric_request_field(self, metric_name: str, *, statistic: str = "Average",
@@ -180,9 +266,10 @@ class EndpointMonitoring(Construct):
     def metric_end_to_end_latency(self, *, statistic: str = "p90", period: Duration | None = None) -> cloudwatch.Metric:
         return self.metric_request_field("EndToEndLatency", statistic=statistic, period=period)
 
-    def metric_acceptance_rate(self, *, period: Duration | None = None) -> cloudwatch.MathExpression:
+    def metric_acceptance_rate(self, *, period: Duration | None = None, min_drafted: int = 1) -> cloudwatch.MathExpression:
+        """Accepted per drafted token; 1 (nothing to judge) while fewer than ``min_drafted`` tokens were drafted."""
         return cloudwatch.MathExpression(
-            expression="IF(drafted > 0, accepted / drafted, 0)", label="Accepted per drafted token",
+            expression=f"IF(drafted >= {min_drafted}, accepted / drafted, 1)", label="Accepted per drafted token",
             using_metrics={"accepted": self.metric_request_field("AcceptedTokens", statistic="Sum", period=period),
                            "drafted": self.metric_request_field("DraftedTokens", statistic="Sum", period=period)},
             period=period or self.thresholds.period,
@@ -223,6 +310,16 @@ class EndpointMonitoring(Construct):
     def metric_invocation_model_errors(self, *, statistic: str = "Sum", period: Duration | None = None) -> cloudwatch.Metric:
         return self._sagemaker("InvocationModelErrors", statistic, period)
 
+    def metric_error_rate(self, error_metric: str, *, period: Duration | None = None) -> cloudwatch.MathExpression:
+        """Percent of invocations counted by ``error_metric``; 0 in a period with fewer than ``min_requests``."""
+        minimum = self.thresholds.min_requests
+        return cloudwatch.MathExpression(
+            expression=f"IF(requests >= {minimum}, 100 * errors / requests, 0)", label=f"{error_metric} (% of requests)",
+            using_metrics={"errors": self._sagemaker(error_metric, "Sum", period),
+                           "requests": self._sagemaker("Invocations", "Sum", period)},
+            period=period or self.thresholds.period,
+        )
+
     def metric_concurrent_requests(self, *, statistic: str = "Maximum", period: Duration | None = None) -> cloudwatch.Metric:
         return self._sagemaker("ConcurrentRequestsPerModel", statistic, period)
 
@@ -259,7 +356,16 @@ class EndpointMonitoring(Construct):
                 self.metric_gpu_utilization(), self.metric_gpu_memory_utilization()]),
             cloudwatch.GraphWidget(title="Model latency p99 (us)", width=8, left=[self.metric_model_latency()]),
         )
-        dashboard.add_widgets(cloudwatch.AlarmStatusWidget(title="Rollback alarms", width=24, alarms=list(self.alarms.values())))
+        dashboard.add_widgets(
+            cloudwatch.AlarmStatusWidget(title="Rollback alarms (metric alarms the deployment guardrail watches)",
+                                         width=12, alarms=list(self.rollback_alarms)),
+            cloudwatch.AlarmStatusWidget(title="Notification alarms (whole-request latency; vLLM's metrics by PromQL)",
+                                         width=12, alarms=list(self.notification_alarms)),
+        )
+        dashboard.add_widgets(cloudwatch.TextWidget(width=24, height=2, markdown=(
+            f"**vLLM's own metrics** (TTFT, inter-token latency, KV cache, queue, spec decode) for `{self.endpoint_name}`: "
+            f"[CloudWatch > Insights > SageMaker AI](https://console.aws.amazon.com/cloudwatch/home?region={Aws.REGION}"
+            f"#sagemaker-ai-insights), filtered by endpoint; the graphs above are the runtime's request lines.")))
         return dashboard
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from aws_cdk import Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -27,6 +27,8 @@ from peagle_constructs.image import ContainerImage
 from peagle_constructs.instance_types import InstanceType
 from peagle_constructs.model import PEagleModel
 from peagle_constructs.monitoring import AlarmThresholds, EndpointMonitoring
+from peagle_constructs.native_metrics import DetailedObservability
+from peagle_constructs.notifications import AlarmSubscriber
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,9 +49,14 @@ class PEagleEndpoint(Construct):
     - network isolation on (weights from S3 prefixes), least-privilege execution role;
     - LLM-sized startup/download timeouts, least-outstanding-requests routing;
     - one KMS key (rotation on) for the volume (EBS-backed families only), log group and alarm topic;
-    - blue/green deployments rolled back by the TTFT, latency and error alarms;
+    - deployments (blue/green, or rolling) rolled back by the TTFT, TPOT, error-rate and acceptance alarms;
+    - alarm notifications to ``alarm_subscribers`` (email, HTTPS, existing topics);
+    - SageMaker's detailed observability on, with PromQL alarms on vLLM's own metrics;
     - target tracking on concurrent requests, long scale-in cooldown;
     - a dashboard with TTFT/TPOT percentiles, acceptance length, traffic, errors and GPU use.
+
+    ``instance_count`` is the fleet at creation: the endpoint keeps the count autoscaling sets across updates
+    (RetainAllVariantProperties), so to resize a running endpoint change the autoscaling bounds.
 
     The endpoint gets a deterministic name (``endpoint_name``, or ``<stack name>-<id>``) because its log
     group ``/aws/sagemaker/Endpoints/<name>`` must exist, encrypted, before SageMaker writes to it.
@@ -69,6 +76,8 @@ class PEagleEndpoint(Construct):
         autoscaling: AutoscalingOptions | None = AutoscalingOptions(),
         deployment: DeploymentPolicy | None = None,
         monitoring: AlarmThresholds = AlarmThresholds(),
+        alarm_subscribers: Sequence[AlarmSubscriber] = (),
+        detailed_observability: DetailedObservability = DetailedObservability(),
         encrypt_volume: bool | None = None,
         volume_size_gb: int | None = None,
         container_startup_health_check_timeout: Duration = DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT,
@@ -96,6 +105,7 @@ class PEagleEndpoint(Construct):
             endpoint_name=self.endpoint_name, variant_name=self.variant_name,
             num_speculative_tokens=serving.num_speculative_tokens, encryption_key=self.key,
             log_retention=log_retention, removal_policy=removal_policy, thresholds=monitoring,
+            subscribers=alarm_subscribers, native_alarms=detailed_observability.enabled,
         )
         self.model = PEagleModel(
             self, "Model", serving=serving, image=image, network_isolation=network_isolation,
@@ -107,6 +117,7 @@ class PEagleEndpoint(Construct):
             container_startup_health_check_timeout=container_startup_health_check_timeout,
             model_data_download_timeout=model_data_download_timeout, inference_ami_version=inference_ami_version,
             encryption_key=self.key if encrypt_volume else None, volume_size_gb=volume_size_gb,
+            detailed_observability=detailed_observability,
         )
         self.endpoint = PEagleInferenceEndpoint(
             self, "Endpoint", endpoint_config=self.endpoint_config, endpoint_name=self.endpoint_name,
@@ -165,7 +176,7 @@ class PEagleEndpoint(Construct):
         return self.monitoring.log_group
 
     @property
-    def alarms(self) -> Mapping[str, cloudwatch.Alarm]:
+    def alarms(self) -> Mapping[str, cloudwatch.IAlarm]:
         return self.monitoring.alarms
 
     @property

@@ -75,4 +75,16 @@ class WeightsLayout:
 
         if target.key_prefix == drafter.key_prefix:
             raise ConfigError("drafter_model", f"got the same prefix as target_model ({target.uri!r}); allowed: its own folder")
+        # SageMaker copies - and the role may read - everything below the shared prefix: two models in two
+        # bundles (bundles/a/target/, bundles/b/drafter/) would share bundles/ and copy every bundle there.
+        for name, p in (("target_model", target), ("drafter_model", drafter)):
+            depth = len(p.key_prefix[len(source.key_prefix):].strip("/").split("/"))
+            if depth > 1:
+                raise ConfigError(
+                    name,
+                    f"got {p.uri!r}, {depth} folders below the prefix it shares with the other model "
+                    f"({source.uri!r}), which SageMaker would copy whole; allowed: target and drafter in one "
+                    "bundle, each one folder below it (s3://bucket/bundles/<name>/target/ and .../drafter/) or "
+                    "the drafter inside the target's prefix",
+                )
         return cls(source=source, target_dir=inside(target), drafter_dir=inside(drafter), prefixes=(source,))

@@ -98,8 +98,12 @@ def parse_line(text: str) -> dict | None:
 
 
 def filter_pattern(metric: MetricField) -> str:
-    """CloudWatch Logs JSON filter pattern that selects request lines carrying ``metric``'s field."""
-    return f'{{ ($.{EVENT_FIELD} = "{EVENT_NAME}") && ($.{metric.key} = *) }}'
+    """CloudWatch Logs JSON filter pattern that selects request lines carrying ``metric``'s field.
+
+    Every metric field is a non-negative number, so ``>= 0`` (the documented numeric comparison) selects
+    exactly the lines that carry it; a line without the field, or with a non-number, is not matched.
+    """
+    return f'{{ ($.{EVENT_FIELD} = "{EVENT_NAME}") && ($.{metric.key} >= 0) }}'
 
 
 def metric_value(metric: MetricField) -> str:

@@ -40,10 +40,21 @@ _OWNED_FLAGS = frozenset(
 )
 # SageMaker strips unknown headers, so a server that wants an API key rejects every request.
 FORBIDDEN_FLAGS = frozenset({"api_key"})
+# vLLM's boolean flags take `--no-<flag>` (argparse BooleanOptionalAction), except these store-true ones,
+# whose off state is their default (tests/runtime/test_entrypoint.py checks this list against vLLM's parser).
+FLAGS_WITHOUT_NO_FORM = frozenset({"headless", "grpc", "data_parallel_multi_port_external_lb", "disable_log_stats",
+                                   "aggregate_engine_logging"})
+NO_PREFIX = "no_"
+
+# SageMaker's limits on a container's Environment (CreateModel: EnvironmentMap, EnvironmentKey/Value).
+ENV_MAX_ENTRIES = 100
+ENV_MAX_KEY_CHARS = 1024
+ENV_MAX_VALUE_CHARS = 1024
 
 _S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/[^\s]*)?$")
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.\-]{0,95}/[\w.\-]{1,96}$")
 _FLAG_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_ENV_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
 class ServingConfigError(ValueError):
@@ -68,8 +79,10 @@ class ServingConfig:
 
     ``target_model`` and ``drafter_model`` are S3 prefixes (``s3://bucket/prefix/``, uncompressed
     weights, so the model can run with network isolation) or, with network isolation off, Hugging Face
-    ids. ``extra_args`` holds further vLLM flags by their argument name with ``_`` (``enable_prefix_caching``:
-    True); True renders a bare flag and False drops it, by the DLC rule.
+    ids. ``extra_args`` holds further vLLM flags by their argument name with ``_``: True renders a bare flag
+    (``SM_VLLM_ENABLE_PREFIX_CACHING=true`` -> ``--enable-prefix-caching``) and False turns the flag off
+    (``SM_VLLM_NO_ENABLE_PREFIX_CACHING=true`` -> ``--no-enable-prefix-caching``: the DLC rule drops a
+    ``false`` value, which would leave a flag vLLM turns on by default on).
     """
 
     target_model: str
@@ -129,13 +142,24 @@ class ServingConfig:
             where = f"extra_args[{key!r}]"
             if not isinstance(key, str) or not _FLAG_NAME.match(key):
                 raise ServingConfigError(where, "allowed: a vLLM argument name in snake_case, e.g. 'enable_prefix_caching'")
-            if key in FORBIDDEN_FLAGS:
+            flag = key.removeprefix(NO_PREFIX)
+            if flag in FORBIDDEN_FLAGS:
                 raise ServingConfigError(where, "not allowed: SageMaker strips the Authorization header, so every request would fail")
-            if key in _OWNED_FLAGS:
-                raise ServingConfigError(where, f"not allowed: set it through the ServingConfig field '{key}'")
+            if flag in _OWNED_FLAGS:
+                raise ServingConfigError(where, f"not allowed: set it through the ServingConfig field '{flag}'")
             if not isinstance(value, (str, int, float, bool)):
                 raise ServingConfigError(where, f"got {type(value).__name__}; allowed: str, int, float or bool")
+            if key.startswith(NO_PREFIX) and (flag in self.extra_args or value is not True):
+                raise ServingConfigError(where, f"got {value!r}; allowed: True only, and not beside {flag!r} "
+                                                f"(turn a flag off with {{{flag!r}: False}})")
             check_single_line(str(value), where)
+            if len(render_value(value)) > ENV_MAX_VALUE_CHARS:
+                raise ServingConfigError(where, f"renders {len(render_value(value))} characters; allowed: at most "
+                                                f"{ENV_MAX_VALUE_CHARS} (SageMaker's limit on an environment value)")
+        rendered = len(self._arguments()) + len(MODEL_RUNNER_ENV)
+        if rendered > ENV_MAX_ENTRIES:
+            raise ServingConfigError("extra_args", f"renders {rendered} environment variables; allowed: at most "
+                                                   f"{ENV_MAX_ENTRIES} in all (SageMaker's limit on a container)")
 
     @property
     def weights_in_s3(self) -> bool:
@@ -157,6 +181,15 @@ class ServingConfig:
         bundle layout they deploy (e.g. /opt/ml/model/target and /opt/ml/model/drafter).
         """
         target = target_dir if is_s3_uri(self.target_model) else self.target_model
+        env = {ENV_PREFIX + key.upper(): render_value(value)
+               for key, value in self._arguments(target=target, drafter_dir=drafter_dir).items()}
+        env.update(MODEL_RUNNER_ENV)
+        check_environment_limits(env, "serving")
+        return env
+
+    def _arguments(self, *, target: str = TARGET_MODEL_DIR, drafter_dir: str = DRAFTER_MODEL_DIR
+                   ) -> dict[str, str | int | float | bool]:
+        """vLLM's arguments by name, before the DLC rule: a flag turned off (``False``) becomes ``no_<flag>``."""
         args: dict[str, str | int | float | bool] = {
             "model": target,
             "speculative_config": minified_json(self.speculative_config(drafter_dir=drafter_dir)),
@@ -168,10 +201,13 @@ class ServingConfig:
         }
         if self.served_model_name:
             args["served_model_name"] = self.served_model_name
-        args.update(self.extra_args)
-        env = {ENV_PREFIX + key.upper(): render_value(value) for key, value in args.items()}
-        env.update(MODEL_RUNNER_ENV)
-        return env
+        for key, value in self.extra_args.items():
+            if value is False and key not in FLAGS_WITHOUT_NO_FORM:
+                # The DLC rule drops `false`, which would leave a flag vLLM turns on by default turned on.
+                args[NO_PREFIX + key] = True
+            else:
+                args[key] = value
+        return args
 
 
 # -- rules shared by both sides ---------------------------------------------------------------------
@@ -196,6 +232,19 @@ def render_value(value: str | int | float | bool) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def check_environment_limits(env: Mapping[str, str], where: str) -> None:
+    """SageMaker's limits on a container environment: entries, key and value lengths, key characters."""
+    if len(env) > ENV_MAX_ENTRIES:
+        raise ServingConfigError(where, f"renders {len(env)} environment variables; allowed: at most {ENV_MAX_ENTRIES}")
+    for key, value in env.items():
+        if not _ENV_KEY.match(key) or len(key) > ENV_MAX_KEY_CHARS:
+            raise ServingConfigError(f"{where}[{key!r}]", f"allowed: a name of letters, digits and _ (at most "
+                                                          f"{ENV_MAX_KEY_CHARS} characters, not starting with a digit)")
+        if len(value) > ENV_MAX_VALUE_CHARS:
+            raise ServingConfigError(f"{where}[{key!r}]", f"is {len(value)} characters; allowed: at most "
+                                                          f"{ENV_MAX_VALUE_CHARS} (SageMaker's limit on a value)")
 
 
 def check_single_line(value: str, where: str) -> None:

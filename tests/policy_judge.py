@@ -1,0 +1,110 @@
+"""Resource policies in synthesized templates, judged for what they allow, not only for what they deny.
+
+Our own evaluator, said plainly: no AWS policy evaluator runs offline (IAM Access Analyzer and the policy
+simulator are services; moto's evaluator skips service principals and knows only StringEquals). It follows
+IAM's documented rules for one request: an explicit Deny wins, else an Allow, else the request is denied;
+a statement applies when its principal, action, resource and every condition match. A condition operator
+it does not know raises, so a policy it cannot read never passes by accident.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Request:
+    service: str  # the calling service principal, e.g. cloudwatch.amazonaws.com
+    action: str
+    resource: str
+    context: Mapping[str, str] = field(default_factory=dict)  # aws:SourceArn, aws:SourceAccount, aws:SecureTransport
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a template is deployed, and what its resources resolve to there."""
+
+    account: str
+    region: str
+    physical: Mapping[str, str] = field(default_factory=dict)  # "LogicalId" (Ref) or "LogicalId.Attr" (GetAtt)
+    partition: str = "aws"
+
+    def resolve(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self.resolve(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        if len(value) == 1:
+            (key, inner), = value.items()
+            if key == "Ref":
+                pseudo = {"AWS::AccountId": self.account, "AWS::Region": self.region, "AWS::Partition": self.partition,
+                          "AWS::URLSuffix": "amazonaws.com"}
+                return pseudo.get(inner) or self.physical[inner]
+            if key == "Fn::GetAtt":
+                target = ".".join(inner) if isinstance(inner, list) else inner
+                return self.physical[target]
+            if key == "Fn::Join":
+                separator, parts = inner
+                return separator.join(str(self.resolve(p)) for p in parts)
+        return {k: self.resolve(v) for k, v in value.items()}
+
+
+def _listed(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def _principal_matches(principal: Any, request: Request) -> bool:
+    if principal == "*":
+        return True
+    if not isinstance(principal, dict):
+        return False
+    if "*" in _listed(principal.get("AWS", [])):
+        return True
+    return request.service in _listed(principal.get("Service", []))
+
+
+def _arn_like(pattern: str, value: str) -> bool:
+    # ARN matching is per colon-separated part, each part a glob (IAM's ArnLike).
+    p_parts, v_parts = pattern.split(":", 5), value.split(":", 5)
+    return len(p_parts) == len(v_parts) == 6 and all(fnmatch.fnmatchcase(v, p) for p, v in zip(p_parts, v_parts))
+
+
+_OPERATORS = {
+    "StringEquals": lambda expected, actual: actual == expected,
+    "StringLike": lambda expected, actual: fnmatch.fnmatchcase(actual, expected),
+    "ArnEquals": lambda expected, actual: actual == expected,
+    "ArnLike": _arn_like,
+    "Bool": lambda expected, actual: str(actual).lower() == str(expected).lower(),
+}
+
+
+def _conditions_hold(conditions: Mapping[str, Mapping[str, Any]], request: Request) -> bool:
+    for operator, tests in conditions.items():
+        if operator not in _OPERATORS:
+            raise ValueError(f"the judge does not know the condition operator {operator!r}")
+        for key, expected in tests.items():
+            actual = request.context.get(key)
+            # A key absent from the request fails every operator here (none is an ...IfExists form).
+            if actual is None or not any(_OPERATORS[operator](e, actual) for e in _listed(expected)):
+                return False
+    return True
+
+
+def _applies(statement: Mapping[str, Any], request: Request) -> bool:
+    if not _principal_matches(statement.get("Principal"), request):
+        return False
+    if not any(fnmatch.fnmatchcase(request.action.lower(), a.lower()) for a in _listed(statement["Action"])):
+        return False
+    if not any(fnmatch.fnmatchcase(request.resource, r) for r in _listed(statement.get("Resource", "*"))):
+        return False
+    return _conditions_hold(statement.get("Condition", {}), request)
+
+
+def allowed(document: Mapping[str, Any], request: Request, place: Place) -> bool:
+    statements = [place.resolve(s) for s in _listed(document["Statement"])]
+    applying = [s for s in statements if _applies(s, request)]
+    if any(s["Effect"] == "Deny" for s in applying):
+        return False
+    return any(s["Effect"] == "Allow" for s in applying)

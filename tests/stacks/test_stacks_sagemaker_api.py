@@ -1,0 +1,56 @@
+"""Every SageMaker property of every stage, and the constructs' own catalogue, against botocore's service model."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from peagle_constructs.endpoint_config import INFERENCE_AMI_VERSIONS, ROUTING_STRATEGIES, TIMEOUT_MAX_S, TIMEOUT_MIN_S
+from peagle_constructs.instance_types import GPU_FAMILIES
+from tests.stacks.sagemaker_judge import check_template, service_model
+from tests.stacks.template_helpers import STAGES, only
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_every_sagemaker_property_is_valid_for_the_api(templates, name):
+    assert check_template(templates[name]) == []
+
+
+def _variant(template: dict) -> dict:
+    return only(template, "AWS::SageMaker::EndpointConfig")[1]["Properties"]["ProductionVariants"][0]
+
+
+def _environment(template: dict) -> dict:
+    return only(template, "AWS::SageMaker::Model")[1]["Properties"]["PrimaryContainer"]["Environment"]
+
+
+@pytest.mark.parametrize(("break_it", "expected"), [
+    (lambda t: _variant(t).update(InstanceType="ml.g6e.3xlarge"), "'ml.g6e.3xlarge' is not in ProductionVariantInstanceType"),
+    (lambda t: _variant(t).update(InferenceAmiVersion="al2-ami-sagemaker-inference-gpu-9"), "ProductionVariantInferenceAmiVersion"),
+    (lambda t: _variant(t).update(ContainerStartupHealthCheckTimeoutInSeconds=30), "30 is outside 60..3600"),
+    (lambda t: _variant(t).update(VolumeSizeInGB=1000), "1000 is outside 1..512"),
+    (lambda t: _environment(t).update({f"X{i}": "1" for i in range(100)}), "allowed at most 100"),
+    (lambda t: _environment(t).update(SM_VLLM_CHAT_TEMPLATE="x" * 1025), "1025 characters; allowed 0..1024"),
+    (lambda t: _variant(t).update(RoutingConfig={"RoutingStrategy": "ROUND_ROBIN"}), "RoutingStrategy"),
+    (lambda t: _variant(t).pop("VariantName"), "VariantName: required"),
+])
+def test_the_judge_catches_what_the_api_would_refuse(templates, break_it, expected):
+    """Negative controls: each is a change CloudFormation would send and the SageMaker API would refuse."""
+    template = copy.deepcopy(templates["Dev"])
+    break_it(template)
+    problems = check_template(template)
+    assert any(expected in p for p in problems), problems
+
+
+def test_the_construct_catalogue_is_the_apis():
+    model = service_model()
+    instance_types = set(model.shape_for("ProductionVariantInstanceType").enum)
+    ours = {f"ml.{family}.{size}" for family, spec in GPU_FAMILIES.items() for size in spec.gpus_by_size}
+    assert ours <= instance_types, sorted(ours - instance_types)
+    assert set(INFERENCE_AMI_VERSIONS) <= set(model.shape_for("ProductionVariantInferenceAmiVersion").enum)
+    assert set(ROUTING_STRATEGIES) <= set(model.shape_for("RoutingStrategy").enum)
+    for shape in ("ProductionVariantContainerStartupHealthCheckTimeoutInSeconds",
+                  "ProductionVariantModelDataDownloadTimeoutInSeconds"):
+        meta = model.shape_for(shape).metadata
+        assert (meta["min"], meta["max"]) == (TIMEOUT_MIN_S, TIMEOUT_MAX_S), shape
