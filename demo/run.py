@@ -1,17 +1,19 @@
 """The whole product on this machine, in one command (`make demo`).
 
-    python -m demo [--models demo|tiny] [--requests 6] [--max-tokens 96] [--k K]
+    python -m demo [--models real|demo|tiny] [--requests 6] [--max-tokens 96] [--k K]
 
 1. Synthesizes every stage once (the cdk-nag packs run as validation plugins during synth) and runs
    cfn-lint on every template.
 2. Deploys the Dev stage to an embedded AWS (moto's server + our CloudFormation extension) with the real
    CDK CLI and checks what each service holds (harness.deploy).
 3. Starts the serving runtime on the CPU the way the image does (peagle_runtime.entrypoint, SM_VLLM_*
-   variables, P-EAGLE speculative config with the Dev stage's K) on the trained demo pair (models.demo_pair;
-   trained on first use: ~6 min alone on 2 cores, ~17 min here under load) or the tiny random pair.
-4. Streams requests through the SageMaker contract (POST /invocations, ``stream: true``) and prints time to
-   first token, tokens per second and the acceptance length (AL = 1 + accepted / drafts, from vLLM's
-   spec-decode counters on /metrics).
+   variables, P-EAGLE speculative config with the Dev stage's K) on a real pretrained model,
+   SmolLM2-135M-Instruct, with its P-EAGLE head (models.real_pair: the benchmark's head when built, else
+   the smaller demo recipe, built on first use in about 10 minutes on 2 cores); ``--models demo`` serves
+   the toy pair, ``--models tiny`` random weights.
+4. Streams HumanEval coding problems (never in the heads' training data) through the SageMaker contract
+   (POST /invocations, chat messages, ``stream: true``) and prints time to first token, tokens per second
+   and the acceptance length (AL = 1 + accepted / drafts, from vLLM's spec-decode counters on /metrics).
 5. Tears everything down - runtime, stacks, emulator - also on failure and on Ctrl-C.
 """
 
@@ -175,19 +177,33 @@ class Pair:
     kind: str
     target: Path
     drafter: Path
+    chat: bool  # an instruct model: requests go as chat messages
+
+
+def _log(line: str) -> None:
+    print("      " + line, flush=True)
 
 
 def model_pair(kind: str) -> Pair:
-    from models import demo_pair, tiny
+    from models import demo_pair, real_pair, tiny
 
+    if kind == "real":
+        pair = real_pair.existing("bench")
+        if pair is not None:
+            return Pair("SmolLM2-135M-Instruct + the benchmark's P-EAGLE head", pair.target, pair.drafter, True)
+        if real_pair.existing("demo") is None:
+            print("      building the real pair once (cached under ~/.cache/peagle/models): the target from its "
+                  "wheel, its answers to 160 coding tasks, its features, one P-EAGLE head")
+        pair = real_pair.build("demo", log=_log)
+        return Pair("SmolLM2-135M-Instruct + the demo recipe's P-EAGLE head", pair.target, pair.drafter, True)
     if kind == "demo":
         pair = demo_pair.existing_pair()
         if pair is None:
             print("      training the demo pair once (cached under ~/.cache/peagle/models; ~6 min on 2 idle cores)")
-            pair = demo_pair.build(log=lambda *a, **k: print("      " + " ".join(str(x) for x in a), flush=True))
-        return Pair("demo (trained)", pair.target, pair.drafter)
+            pair = demo_pair.build(log=lambda *a, **k: _log(" ".join(str(x) for x in a)))
+        return Pair("toy pair (trained here)", pair.target, pair.drafter, False)
     pair = tiny.build()
-    return Pair("tiny (random weights: expect AL near 1)", pair.target, pair.drafter)
+    return Pair("tiny (random weights: expect AL near 1)", pair.target, pair.drafter, False)
 
 
 def dev_k(assembly: Path) -> int:
@@ -210,7 +226,7 @@ def dev_k(assembly: Path) -> int:
 
 def start_runtime(pair: Pair, *, k: int) -> LocalRuntime:
     runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, k=k, port=free_port(), log_dir=WORK,
-                           name="runtime", max_num_seqs=8)
+                           name="runtime", max_num_seqs=8, max_model_len=2048 if pair.chat else 1024)
     runtime.start()
     started = time.monotonic()
     with Ticker("engine starting", lambda: "| " + runtime.last_log_line()):
@@ -222,10 +238,18 @@ def start_runtime(pair: Pair, *, k: int) -> LocalRuntime:
     return runtime
 
 
-def prompts(count: int) -> list[str]:
+def requests(pair: Pair, count: int) -> list[tuple[str, dict]]:
+    """(what to show, the request body part): HumanEval problems as chat for an instruct model, else the toy
+    corpus's held-out prompts."""
+    if pair.chat:
+        from models.trainer.coding_tasks import chat_messages, humaneval_tasks
+
+        tasks = humaneval_tasks()
+        picked = [tasks[i * len(tasks) // count] for i in range(count)]
+        return [(task.source + ": ", {"messages": chat_messages(task)}) for task in picked]
     from models.trainer.corpus import held_out_prompts
 
-    return held_out_prompts(count)
+    return [(prompt, {"prompt": prompt}) for prompt in held_out_prompts(count)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -233,8 +257,9 @@ def prompts(count: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", choices=("demo", "tiny"), default="demo",
-                        help="demo: the trained pair (trained on first use); tiny: random weights, instant")
+    parser.add_argument("--models", choices=("real", "demo", "tiny"), default="real",
+                        help="real: SmolLM2-135M-Instruct and its P-EAGLE head (built on first use); demo: the toy "
+                             "pair; tiny: random weights, instant")
     parser.add_argument("--requests", type=int, default=6, help="streamed requests to send (1-64)")
     parser.add_argument("--max-tokens", type=int, default=96, help="tokens per request (8-512)")
     parser.add_argument("--k", type=int, default=None, help="draft tokens per step (default: the Dev stage's K)")
@@ -283,13 +308,14 @@ def main(argv: list[str] | None = None) -> int:
 
             t = steps.start(f"send {args.requests} streamed requests through /invocations (SageMaker contract)")
             request = {"max_tokens": args.max_tokens, "temperature": 0}
-            stream_invocation(runtime.base, {**request, "prompt": "warm up", "max_tokens": 8})  # first-request costs
+            batch = requests(pair, args.requests)
+            stream_invocation(runtime.base, {**request, **batch[0][1], "max_tokens": 8})  # first-request costs
             before = spec_metrics.scrape(runtime.base)
             results = []
-            for i, prompt in enumerate(prompts(args.requests), 1):
-                r = stream_invocation(runtime.base, {**request, "prompt": prompt})
+            for i, (label, body) in enumerate(batch, 1):
+                r = stream_invocation(runtime.base, {**request, **body})
                 results.append(r)
-                shown = (prompt + r.text).replace("\n", "⏎")[:70]
+                shown = (label + r.text).replace("\n", "⏎")[:70]
                 print(f"      #{i}: TTFT {r.ttft_s * 1000:6.0f} ms  {r.output_tokens:3d} tokens  "
                       f"{r.decode_tokens_per_s:6.1f} tok/s   {shown}", flush=True)
             counters = spec_metrics.scrape(runtime.base) - before

@@ -90,6 +90,8 @@ class LocalRuntime:
     seed: int = 0
     served_model_name: str | None = None  # None: vLLM names the model by its folder
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # False: the same command line the entrypoint builds, less our request middleware (to measure its cost).
+    middleware: bool = True
     proc: subprocess.Popen | None = field(default=None, init=False)
     started_at: float = field(default=0.0, init=False)
     ready_after_s: float | None = field(default=None, init=False)
@@ -133,10 +135,17 @@ class LocalRuntime:
         return env
 
     def command(self, env: Mapping[str, str] | None = None) -> list[str]:
-        if self.drafter is not None:
-            return [sys.executable, "-m", "peagle_runtime.entrypoint", "serve"]
-        # Plain decoding: the same SM_VLLM_* flags by the same rule, given to vLLM's server directly.
         env = self.environment() if env is None else env
+        if self.drafter is not None and self.middleware:
+            return [sys.executable, "-m", "peagle_runtime.entrypoint", "serve"]
+        if self.drafter is not None:
+            from peagle_runtime.entrypoint import MIDDLEWARE, build_command
+
+            cmd, _ = build_command(env)
+            at = cmd.index("--middleware")
+            assert cmd[at + 1] == MIDDLEWARE
+            return cmd[:at] + cmd[at + 2:]
+        # Plain decoding: the same SM_VLLM_* flags by the same rule, given to vLLM's server directly.
         return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *environment_to_argv(env),
                 "--host", "127.0.0.1", "--port", str(self.port)]
 

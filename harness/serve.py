@@ -1,8 +1,9 @@
 """`make serve`: the serving runtime on 127.0.0.1:8080 on this machine's CPU, through the image's entrypoint.
 
-Serves the trained demo pair when the cache holds it (``make demo-models``), otherwise the tiny random pair
+Serves, the first the cache holds: SmolLM2-135M-Instruct with its P-EAGLE head (the benchmark's, else the
+demo recipe's: ``make demo`` builds it), the toy pair (``make demo-models``), else the tiny random pair
 (built in seconds). This process becomes the server (Ctrl-C or SIGTERM stops it); every finished request
-prints its JSON metrics line on stdout. Options: --port, --k, --pair {auto,demo,tiny}, --max-model-len.
+prints its JSON metrics line on stdout. Options: --port, --k, --pair {auto,real,demo,tiny}, --max-model-len.
 """
 
 from __future__ import annotations
@@ -16,8 +17,15 @@ from models.pair import ModelPair
 
 
 def pick_pair(choice: str) -> tuple[str, ModelPair]:
-    from models import demo_pair, tiny
+    from models import demo_pair, real_pair, tiny
 
+    if choice in ("auto", "real"):
+        for recipe in ("bench", "demo"):
+            pair = real_pair.existing(recipe)
+            if pair is not None:
+                return f"SmolLM2-135M-Instruct ({recipe} head)", pair
+        if choice == "real":
+            raise SystemExit("serve: no real pair in the cache; run `make demo` (or `python -m models.real_pair demo`)")
     if choice in ("auto", "demo"):
         pair = demo_pair.existing_pair()
         if pair is not None:
@@ -31,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.serve", description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--k", type=int, default=4, help="draft tokens per step (1..32)")
-    parser.add_argument("--max-model-len", type=int, default=1024)
-    parser.add_argument("--pair", choices=("auto", "demo", "tiny"), default="auto")
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--pair", choices=("auto", "real", "demo", "tiny"), default="auto")
     args = parser.parse_args(argv)
     kind, pair = pick_pair(args.pair)
     runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, k=args.k, port=args.port,

@@ -18,6 +18,7 @@ is instant. Command line: ``python -m models.demo_pair [--out DIR] [--force]``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -30,6 +31,8 @@ from models import cache, layout
 from models.pair import ModelPair, cached
 
 TRAINER_DIR = Path(__file__).resolve().parent / "trainer"
+# The trainer modules that decide this pair's weights (the real pair's data modules do not).
+TRAINER_MODULES = ("corpus.py", "target.py", "drafter.py", "objectives.py", "train_drafters.py")
 VOCAB_SIZE = 1024
 SEQ_LEN = 128
 HELD_OUT_ROWS = 16  # rows of the packed corpus kept out of drafter training, for the acceptance estimate
@@ -56,7 +59,7 @@ def cache_root() -> Path:
     """The cache folder of this recipe: its name hashes the recipe and every module that trains or writes it."""
     recipe = {k: asdict(v) for k, v in _recipe().items()}
     recipe["sizes"] = [VOCAB_SIZE, SEQ_LEN, HELD_OUT_ROWS]
-    sources = [Path(__file__), Path(layout.__file__), *TRAINER_DIR.glob("*.py")]
+    sources = [Path(__file__), Path(layout.__file__), *(TRAINER_DIR / name for name in TRAINER_MODULES)]
     return cache.CACHE_DIR / cache.recipe_key("demo", recipe, sources)
 
 
@@ -66,7 +69,8 @@ def _write(root: Path, *, log=print) -> ModelPair:
     from models.trainer.corpus import make_corpus
     from models.trainer.drafter import DrafterShape
     from models.trainer.target import pack_tokens, train_target
-    from models.trainer.train_drafters import estimate_acceptance, head_weights, init_head, train_head
+    from models.trainer.objectives import target_batch
+    from models.trainer.train_drafters import estimate_acceptance, head_weights, init_head, target_rows, train_head
 
     # One thread: on this shared 2-core machine, two OpenMP threads competing with other jobs ran up to 10x
     # slower than one, and a fixed thread count keeps the float sums (so the weights) reproducible.
@@ -90,23 +94,24 @@ def _write(root: Path, *, log=print) -> ModelPair:
     with torch.no_grad():
         held_loss = target(input_ids=held_rows, labels=held_rows).loss.item()
 
-    spec: layout.DrafterSpec = r["drafter_spec"]
+    training = r["drafter_training"]
+    spec = dataclasses.replace(r["drafter_spec"], trained_k=training.depth)
     p_cfg = layout.drafter_config(target=target_json, spec=spec, mask_token=mask_id)
     e_cfg = layout.drafter_config(target=target_json, spec=spec, mask_token=mask_id)
     e_cfg["parallel_drafting"] = False
     aux = list(p_cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
     shape = DrafterShape(vocab_size=len(tok), hidden_size=spec.hidden_size, heads=spec.num_heads,
-                         intermediate_size=spec.intermediate_size, aux_layers=len(aux),
+                         kv_heads=spec.num_kv_heads, intermediate_size=spec.intermediate_size, aux_layers=len(aux),
                          rms_norm_eps=float(p_cfg["rms_norm_eps"]), rope_theta=float(p_cfg["rope_theta"]))
-    training = r["drafter_training"]
+    batches = target_rows(target, train_rows, training, aux)
+    held_out = target_batch(target, held_rows, aux)
     report: dict = {"recipe": cache_root().name, "target_held_out_loss": round(held_loss, 4),
                     "aux_layer_ids": aux, "mask_token_id": mask_id}
     dirs = {}
     for name, parallel, cfg in (("p_eagle", True, p_cfg), ("eagle3", False, e_cfg)):
         head = init_head(shape, target, parallel=parallel, seed=training.seed)
-        train_head(head, target, train_rows, training, aux_layer_ids=aux, mask_token=mask_id, log=log)
-        report[name] = estimate_acceptance(head, target, held_rows, depth=training.depth, aux_layer_ids=aux,
-                                           mask_token=mask_id)
+        train_head(head, batches, training, mask_token=mask_id, log=log)
+        report[name] = estimate_acceptance(head, held_out, depth=training.depth, mask_token=mask_id)
         report[name]["parameters"] = sum(p.numel() for p in head.parameters())
         log(f"{name}: {report[name]}")
         dirs[name] = layout.write_drafter(root / ("drafter" if parallel else "drafter_eagle3"), config=cfg,

@@ -13,7 +13,8 @@ weights). API, in the order a caller needs it:
   ``write_target`` takes either a ready ``LlamaForCausalLM`` (trained) or a seed (random init).
 - :class:`DrafterSpec` / :func:`drafter_config(...)` / :func:`drafter_weight_shapes(...)` /
   :func:`random_drafter_weights(...)` / :func:`write_drafter(out_dir, config=..., weights=...)`:
-  an EAGLE-3 head with one decoder layer, in the checkpoint naming vLLM's ``llama_eagle3`` loader reads:
+  an EAGLE-3 head (one decoder layer, or more: layer N >= 1 under ``layers.N.``, reading width H), in the
+  checkpoint naming vLLM's ``llama_eagle3`` loader reads:
 
   ========================================  =====================================================
   ``fc.weight``                             [hidden, n_aux * target_hidden] - fuses target features
@@ -30,7 +31,8 @@ weights). API, in the order a caller needs it:
   ``d2t``                                   [draft_vocab] int64 offsets, only when draft_vocab < vocab
   ========================================  =====================================================
 
-  No ``embed_tokens``: vLLM then shares the target's embedding with the drafter.
+  ``embed_tokens.weight`` [vocab, hidden] is optional: without it vLLM shares the target's embedding.
+  ``trained_num_speculative_tokens`` states the K the head was trained for (the runtime refuses more).
   The config names the mask token by ``ptd_token_id`` (the keys vLLM reads and the tensor name are
   declared once, in :mod:`peagle_contract.drafter`), and the target layers whose outputs feed ``fc`` by
   ``eagle_config.eagle_aux_hidden_state_layer_ids``.
@@ -46,7 +48,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 import torch
-from peagle_contract.drafter import MASK_HIDDEN, MASK_TOKEN_WRITE_KEY
+from peagle_contract.drafter import MASK_HIDDEN, MASK_TOKEN_WRITE_KEY, TRAINED_K_KEYS
 
 BOS_TOKEN = "<s>"
 EOS_TOKEN = "</s>"
@@ -191,8 +193,10 @@ class DrafterSpec:
     num_heads: int = 4
     num_kv_heads: int = 2
     intermediate_size: int = 256
+    num_layers: int = 1  # decoder layers: layer 0 is ``midlayer.``, the others ``layers.N.``
     aux_layer_ids: tuple[int, ...] | None = None  # None: default_aux_layer_ids(target layers)
     draft_vocab_size: int | None = None  # None: the target's vocabulary
+    trained_k: int | None = None  # the K the head was trained for, stated in config.json when known
     extra: Mapping[str, object] = field(default_factory=dict)  # more config.json keys
 
 
@@ -205,7 +209,7 @@ def drafter_config(*, target: Mapping[str, object] | object, spec: DrafterSpec, 
         "model_type": "llama",
         "hidden_size": spec.hidden_size,
         "intermediate_size": spec.intermediate_size,
-        "num_hidden_layers": 1,
+        "num_hidden_layers": spec.num_layers,
         "num_attention_heads": spec.num_heads,
         "num_key_value_heads": spec.num_kv_heads,
         "head_dim": spec.hidden_size // spec.num_heads,
@@ -224,12 +228,31 @@ def drafter_config(*, target: Mapping[str, object] | object, spec: DrafterSpec, 
         MASK_TOKEN_WRITE_KEY: int(mask_token),
         "parallel_drafting": True,
     }
+    if spec.trained_k is not None:
+        cfg[TRAINED_K_KEYS[0]] = int(spec.trained_k)
     cfg.update(spec.extra)
     return cfg
 
 
+def _layer_shapes(prefix: str, *, h: int, heads: int, kv: int, hd: int, inter: int, in_width: int
+                  ) -> dict[str, tuple[int, ...]]:
+    return {
+        f"{prefix}.input_layernorm.weight": (h,),
+        f"{prefix}.hidden_norm.weight": (h,),
+        f"{prefix}.self_attn.q_proj.weight": (heads * hd, in_width),
+        f"{prefix}.self_attn.k_proj.weight": (kv * hd, in_width),
+        f"{prefix}.self_attn.v_proj.weight": (kv * hd, in_width),
+        f"{prefix}.self_attn.o_proj.weight": (h, heads * hd),
+        f"{prefix}.post_attention_layernorm.weight": (h,),
+        f"{prefix}.mlp.gate_proj.weight": (inter, h),
+        f"{prefix}.mlp.up_proj.weight": (inter, h),
+        f"{prefix}.mlp.down_proj.weight": (h, inter),
+    }
+
+
 def drafter_weight_shapes(config: Mapping[str, object]) -> dict[str, tuple[int, ...]]:
-    """Every tensor a drafter checkpoint for ``config`` holds, by name, with its shape."""
+    """Every tensor a drafter checkpoint for ``config`` holds, by name, with its shape (``embed_tokens`` is
+    optional: without it vLLM shares the target's embedding)."""
     h = int(config["hidden_size"])
     heads = int(config["num_attention_heads"])
     kv = int(config["num_key_value_heads"])
@@ -238,22 +261,11 @@ def drafter_weight_shapes(config: Mapping[str, object]) -> dict[str, tuple[int, 
     n_aux = len(config["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
     fused = n_aux * int(config["target_hidden_size"])
     draft_vocab = int(config["draft_vocab_size"])
-    shapes = {
-        "fc.weight": (h, fused),
-        "midlayer.input_layernorm.weight": (h,),
-        "midlayer.hidden_norm.weight": (h,),
-        "midlayer.self_attn.q_proj.weight": (heads * hd, 2 * h),
-        "midlayer.self_attn.k_proj.weight": (kv * hd, 2 * h),
-        "midlayer.self_attn.v_proj.weight": (kv * hd, 2 * h),
-        "midlayer.self_attn.o_proj.weight": (h, heads * hd),
-        "midlayer.post_attention_layernorm.weight": (h,),
-        "midlayer.mlp.gate_proj.weight": (inter, h),
-        "midlayer.mlp.up_proj.weight": (inter, h),
-        "midlayer.mlp.down_proj.weight": (h, inter),
-        "norm.weight": (h,),
-        "lm_head.weight": (draft_vocab, h),
-        MASK_HIDDEN: (1, fused),
-    }
+    dims = dict(h=h, heads=heads, kv=kv, hd=hd, inter=inter)
+    shapes = {"fc.weight": (h, fused), **_layer_shapes("midlayer", in_width=2 * h, **dims)}
+    for i in range(1, int(config.get("num_hidden_layers", 1))):
+        shapes.update(_layer_shapes(f"layers.{i}", in_width=h, **dims))
+    shapes.update({"norm.weight": (h,), "lm_head.weight": (draft_vocab, h), MASK_HIDDEN: (1, fused)})
     if draft_vocab != int(config["vocab_size"]):
         shapes["d2t"] = (draft_vocab,)
     return shapes
@@ -287,6 +299,8 @@ def write_drafter(out_dir: str | Path, *, config: Mapping[str, object], weights:
     extra = sorted(set(weights) - set(expected) - {"embed_tokens.weight", "t2d"})
     if missing or extra:
         raise ValueError(f"drafter weights: missing {missing}, unexpected {extra}")
+    if "embed_tokens.weight" in weights:
+        expected = {**expected, "embed_tokens.weight": (int(config["vocab_size"]), int(config["hidden_size"]))}
     for name, shape in expected.items():
         if tuple(weights[name].shape) != shape:
             raise ValueError(f"drafter weight {name}: shape {tuple(weights[name].shape)}, expected {shape}")

@@ -8,9 +8,9 @@ is the lookup-or-build every builder shares.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from peagle_contract.serving import speculative_config
 
@@ -27,10 +27,16 @@ class ModelPair:
     drafter: Path  # the P-EAGLE head (mask_hidden, a mask-token id): served with parallel drafting
     mask_token_id: int
     eagle3_drafter: Path | None = None  # a sequential EAGLE-3 head of the same target, for comparisons
+    other_drafters: Mapping[str, Path] = field(default_factory=dict)  # more P-EAGLE heads, by name
 
-    def speculative_config(self, k: int = 4, *, parallel: bool = True) -> dict:
+    def speculative_config(self, k: int = 4, *, parallel: bool = True, head: str | None = None) -> dict:
+        """vLLM's speculative config for the serving P-EAGLE head, another P-EAGLE ``head`` by name, or
+        (``parallel=False``) the EAGLE-3 head."""
         if parallel:
-            return speculative_config(str(self.drafter), num_speculative_tokens=k)
+            drafter = self.drafter if head is None else self.other_drafters.get(head)
+            if drafter is None:
+                raise ValueError(f"{self.root} has no P-EAGLE head {head!r}; allowed: {sorted(self.other_drafters)}")
+            return speculative_config(str(drafter), num_speculative_tokens=k)
         if self.eagle3_drafter is None:
             raise ValueError(f"{self.root} has no EAGLE-3 head")
         return {"method": "eagle3", "model": str(self.eagle3_drafter), "num_speculative_tokens": k}
@@ -42,7 +48,9 @@ class ModelPair:
 
     def save(self) -> "ModelPair":
         folders = {"target": self.target, "drafter": self.drafter, "eagle3_drafter": self.eagle3_drafter}
-        info = {k: str(v.relative_to(self.root)) for k, v in folders.items() if v is not None}
+        info: dict = {k: str(v.relative_to(self.root)) for k, v in folders.items() if v is not None}
+        if self.other_drafters:
+            info["other_drafters"] = {k: str(v.relative_to(self.root)) for k, v in self.other_drafters.items()}
         (self.root / MANIFEST).write_text(json.dumps({**info, "mask_token_id": self.mask_token_id}) + "\n")
         return self
 
@@ -54,7 +62,8 @@ class ModelPair:
         info = json.loads(manifest.read_text())
         return cls(root=root, target=root / info["target"], drafter=root / info["drafter"],
                    mask_token_id=int(info["mask_token_id"]),
-                   eagle3_drafter=root / info["eagle3_drafter"] if info.get("eagle3_drafter") else None)
+                   eagle3_drafter=root / info["eagle3_drafter"] if info.get("eagle3_drafter") else None,
+                   other_drafters={k: root / v for k, v in info.get("other_drafters", {}).items()})
 
 
 def cached(root: Path, write: Callable[[Path], object], *, force: bool = False) -> ModelPair:

@@ -85,6 +85,7 @@ class Finding:
     change: str  # added | removed | replaced | updated | ...
     why: str
     advice: str = ""
+    asset_only: bool = False  # the only difference is a content hash of an asset (an image, a file)
 
 
 @dataclass
@@ -95,10 +96,34 @@ class StackReview:
     cli_diff: str = ""
     new_stack: bool = False
     removed_stack: bool = False
+    security_diff: str = ""  # `cdk diff --security-only`: IAM statement and security-group changes
 
     @property
     def verdict(self) -> str:
         return FAIL if any(f.verdict == FAIL for f in self.findings) else PASS
+
+    def counts(self) -> dict[str, int]:
+        """Resources added / updated / removed / replaced (variant findings are not resources)."""
+        out = {"added": 0, "updated": 0, "removed": 0, "replaced": 0}
+        for f in self.findings:
+            if f.change in out and f.type != "stack":
+                out[f.change] += 1
+        return out
+
+    def to_json(self) -> dict:
+        from dataclasses import asdict
+
+        return {"display_name": self.display_name, "stack_name": self.stack_name, "new_stack": self.new_stack,
+                "removed_stack": self.removed_stack, "verdict": self.verdict, "counts": self.counts(),
+                "findings": [asdict(f) for f in self.findings], "cli_diff": self.cli_diff,
+                "security_diff": self.security_diff}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "StackReview":
+        return cls(display_name=data["display_name"], stack_name=data["stack_name"],
+                   findings=[Finding(**f) for f in data["findings"]], cli_diff=data.get("cli_diff", ""),
+                   new_stack=data.get("new_stack", False), removed_stack=data.get("removed_stack", False),
+                   security_diff=data.get("security_diff", ""))
 
 
 def _resources(template: dict) -> dict[str, dict]:
@@ -292,6 +317,7 @@ def classify(base_template: dict | None, head_template: dict | None) -> list[Fin
                       for p in rippled]
             change, why = "updated", "; ".join(parts) + " (in place)"
 
+        asset_only = change in ("replaced", "updated") and _without_hashes(old) == _without_hashes(new)
         verdict, advice = INFO, ""
         if rtype in (MODEL, ENDPOINT_CONFIG) and change in ("replaced", "added", "removed"):
             verdict = PASS
@@ -314,13 +340,21 @@ def classify(base_template: dict | None, head_template: dict | None) -> list[Fin
         elif rtype == INFERENCE_COMPONENT and change in ("replaced", "removed"):
             verdict, advice = FAIL, ADVICE_COMPONENT
             why = f"the inference component would be {'replaced' if change == 'replaced' else 'deleted'}: {why}"
-        findings.append(Finding(verdict, lid, rtype, change, why, advice))
+        findings.append(Finding(verdict, lid, rtype, change, why, advice, asset_only=asset_only))
 
     findings += _variant_findings(base, head)
     # An endpoint update that SageMaker will refuse is not a pass, whatever its properties say.
     failing = {f.logical_id for f in findings if f.verdict == FAIL}
-    return [Finding(INFO, f.logical_id, f.type, f.change, f.why, f.advice)
+    return [Finding(INFO, f.logical_id, f.type, f.change, f.why, f.advice, f.asset_only)
             if f.verdict == PASS and f.logical_id in failing else f for f in findings]
+
+
+_CONTENT_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def _without_hashes(resource: dict | None) -> str:
+    """The resource with every 64-hex content hash masked: equal for a change that is only a new asset hash."""
+    return _CONTENT_HASH.sub("<hash>", json.dumps(resource, sort_keys=True))
 
 
 def _renamed_endpoint(lid: str, here: dict[str, dict], there: dict[str, dict]) -> str | None:
@@ -480,6 +514,23 @@ def cli_diff(repo: Path, head: Path, base_template: Path | None, display_name: s
     return "\n".join(line for line in text.splitlines() if not line.startswith(("✨", "NOTICES")))
 
 
+def security_diff(repo: Path, head: Path, base_template: Path | None, display_name: str) -> str:
+    """``cdk diff --security-only``: the IAM statement, policy and security-group changes, as the CLI shows them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if base_template is None:
+            base_template = Path(tmp) / "empty.template.json"
+            base_template.write_text('{"Resources": {}}')
+        proc = cdk.run_cdk(["diff", "--no-color", "--security-only", "--app", str(head), "--template",
+                            str(base_template), display_name], cwd=repo, env=_app_env(repo), check=False)
+    text = (proc.stdout or "") + (proc.stderr or "")
+    if proc.returncode not in (0, 1):
+        raise DiffError(f"cdk diff --security-only {display_name} failed (exit {proc.returncode}):\n{text[-2000:]}")
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(("IAM Statement Changes", "IAM Policy Changes",
+                                                                       "Security Group Changes"))), None)
+    return "\n".join(lines[start:]).strip() if start is not None else ""
+
+
 def review(repo: Path, base: Side, head: Side) -> list[StackReview]:
     base_stacks = {s.display_name: s for s in cdk.list_stacks(base.assembly)}
     head_stacks = {s.display_name: s for s in cdk.list_stacks(head.assembly)}
@@ -490,6 +541,8 @@ def review(repo: Path, base: Side, head: Side) -> list[StackReview]:
         r.findings = classify(b.template() if b else None, h.template() if h else None)
         if h is not None:
             r.cli_diff = cli_diff(repo, head.assembly, b.template_path if b else None, name)
+            if r.findings:
+                r.security_diff = security_diff(repo, head.assembly, b.template_path if b else None, name)
         elif any(f.type == ENDPOINT for f in r.findings):
             r.findings.append(Finding(FAIL, name, "stack", "removed",
                                       "the whole stack, endpoint included, would be deleted when it is destroyed",
@@ -563,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", required=True, help="git ref to compare against (branch, tag, commit)")
     parser.add_argument("--repo", type=Path, default=cdk.REPO_ROOT, help="repository root (default: this one)")
     parser.add_argument("--output", type=Path, default=None, help="also write the Markdown to this file")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the reviews as JSON (what review.pr_comment renders for a pull request)")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="keep base assemblies here by commit (default: <repo>/.cache/stack_diff; 'none' disables)")
     parser.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE",
@@ -585,6 +640,8 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown)
     if args.output:
         args.output.write_text(markdown)
+    if args.json:
+        args.json.write_text(json.dumps({"base": args.base, "reviews": [r.to_json() for r in reviews]}, indent=1))
     failed = [r.display_name for r in reviews if r.verdict == FAIL]
     print(f"==> {len(reviews)} stack(s) reviewed in {time.monotonic() - started:.1f} s; "
           f"{'FAIL: ' + ', '.join(failed) if failed else 'all pass'}", file=sys.stderr)

@@ -1,12 +1,13 @@
 """The environments, as typed, frozen configs. Changing serving behaviour per stage happens here only.
 
-All three serve GPT-OSS-20B verified against its P-EAGLE drafter head at K=7, so the model that passes
-Dev and Staging is the one Prod gets. Weights come from one S3 bundle prefix per environment
-(``target/`` and ``drafter/`` below it): CloudFormation gives a SageMaker model one ModelDataSource.
+All three serve the GPT-OSS-20B preset (peagle_constructs.presets: its P-EAGLE head, the flags its card
+recommends) at K=7, so the model that passes Dev and Staging is the one Prod gets; each overrides only the
+fields it must. Weights come from one S3 bundle prefix per environment (``target/`` and ``drafter/`` below
+it, staged by `make stage-weights`): CloudFormation gives a SageMaker model one ModelDataSource.
 
-Dev runs on ml.g6e.xlarge: one NVIDIA L40S with 48 GiB. GPT-OSS-20B ships its MoE weights in MXFP4,
-about 13 GiB on the GPU; the P-EAGLE head adds about 1 GiB; the rest holds CUDA graphs and the KV cache
-for 8K-token contexts. A 24 GiB card (g5/g6) would leave too little cache for concurrent requests.
+Dev runs on ml.g6e.xlarge: one NVIDIA L40S with 48 GB. GPT-OSS-20B ships its MoE weights in MXFP4, about
+14 GiB on the GPU; the P-EAGLE head (4 layers) adds about 3.4 GiB; the fp8 KV cache for 32 x 8K tokens
+about 3 GiB (half its layers keep a 128-token window): the preset's arithmetic checks it at synth.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from peagle_constructs import (
     ServingConfig,
 )
 from peagle_constructs.endpoint import check_endpoint_name
+from peagle_constructs.presets import GPT_OSS_20B, ModelPreset
 
 _KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$")
 _NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
@@ -40,6 +42,8 @@ class EnvironmentConfig:
     name: str
     serving: ServingConfig
     instance_type: str
+    # The model family served (trained K, instances, memory); None: a model without a preset, unchecked.
+    preset: ModelPreset | None = None
     instance_count: int
     autoscaling: AutoscalingOptions
     deployment: DeploymentPolicy
@@ -68,6 +72,8 @@ class EnvironmentConfig:
             raise ConfigError(f"{self.name}.alarm_subscribers",
                               "empty, and this environment requires someone to tell; allowed: at least one "
                               "AlarmSubscriber.email(...), .https(...) or .topic(<SNS topic ARN>)")
+        if self.preset is not None:
+            self.preset.check(self.serving, instance_type=self.instance_type, where=self.name)
         if self.weights_key_arn is not None and not _KMS_KEY_ARN.match(str(self.weights_key_arn)):
             raise ConfigError(f"{self.name}.weights_key_arn", f"got {self.weights_key_arn!r}; allowed: a KMS key ARN "
                               "'arn:aws:kms:<region>:<account>:key/<key id>'")
@@ -93,8 +99,8 @@ def check_unique_names(environments: Iterable[EnvironmentConfig]) -> None:
 
 DEV = EnvironmentConfig(
     name="Dev",
-    serving=ServingConfig(**_bundle("dev"), num_speculative_tokens=7, max_model_len=8192, max_num_seqs=32,
-                          served_model_name="gpt-oss-20b"),
+    preset=GPT_OSS_20B,
+    serving=GPT_OSS_20B.serving(**_bundle("dev"), num_speculative_tokens=7, max_model_len=8192, max_num_seqs=32),
     instance_type="ml.g6e.xlarge",
     instance_count=1,
     autoscaling=AutoscalingOptions(min_capacity=1, max_capacity=2),
@@ -106,8 +112,8 @@ DEV = EnvironmentConfig(
 
 STAGING = EnvironmentConfig(
     name="Staging",
-    serving=ServingConfig(**_bundle("staging"), num_speculative_tokens=7, max_model_len=16384, max_num_seqs=64,
-                          served_model_name="gpt-oss-20b"),
+    preset=GPT_OSS_20B,
+    serving=GPT_OSS_20B.serving(**_bundle("staging"), num_speculative_tokens=7, max_model_len=16384, max_num_seqs=64),
     instance_type="ml.g6e.2xlarge",
     instance_count=2,
     autoscaling=AutoscalingOptions(min_capacity=2, max_capacity=4),
@@ -118,8 +124,8 @@ STAGING = EnvironmentConfig(
 
 PROD = EnvironmentConfig(
     name="Prod",
-    serving=ServingConfig(**_bundle("prod"), num_speculative_tokens=7, max_model_len=16384, max_num_seqs=64,
-                          served_model_name="gpt-oss-20b"),
+    preset=GPT_OSS_20B,
+    serving=GPT_OSS_20B.serving(**_bundle("prod"), num_speculative_tokens=7, max_model_len=16384, max_num_seqs=64),
     instance_type="ml.g6e.2xlarge",
     instance_count=4,
     autoscaling=AutoscalingOptions(min_capacity=4, max_capacity=12),

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from aws_cdk import DefaultStackSynthesizer, Stack, Tags
+from aws_cdk import CfnOutput, DefaultStackSynthesizer, Stack, Tags
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from peagle_constructs import ContainerImage, PEagleEndpoint
 
 from stacks.environments import EnvironmentConfig
-from stacks.release import IMAGE_TAG_PREFIX
+from stacks.release import IMAGE_TAG_PREFIX, VERSION
+
+VERSION_VAR = "PEAGLE_VERSION"
+# The commit a pipeline deploys (`-c gitRevision=$GITHUB_SHA`); unset locally, so a local synth and the
+# offline pull-request diff do not change with every commit.
+GIT_REVISION_CONTEXT = "gitRevision"
 
 STACK_ID = "PEagle"
 ENDPOINT_ID = "Serving"
@@ -45,6 +50,14 @@ class PEagleStack(Stack):
             model_data_download_timeout=config.model_data_download_timeout,
             log_retention=config.log_retention,
             removal_policy=config.removal_policy,
+            preset=config.preset,
+            # The release in the model's environment: a new release is a new model (as its image is). The git
+            # revision is an output only: in the model it would replace the endpoint's model on every commit.
+            environment={VERSION_VAR: VERSION},
         )
+        revision = self.node.try_get_context(GIT_REVISION_CONTEXT) or "unset"
+        CfnOutput(self, "Version", value=VERSION, description="the release of this project that built the stack")
+        CfnOutput(self, "GitRevision", value=str(revision), description="the commit the pipeline deployed")
+        CfnOutput(self, "EndpointName", value=self.endpoint.endpoint_name, description="the SageMaker endpoint")
         for key, value in config.tags.items():
             Tags.of(self).add(key, value)

@@ -1,13 +1,19 @@
 """The EAGLE-3 / P-EAGLE drafter head, written to compute exactly what vLLM 0.32's `Eagle3LlamaForCausalLM` runs.
 
-One decoder layer whose attention reads the normalised token embedding and the normalised incoming hidden
-state side by side (width 2H). The incoming hidden state is, per row:
+Layer 0 (checkpoint prefix ``midlayer.``) is the EAGLE-3 layer: its attention reads the normalised token
+embedding and the normalised incoming hidden state side by side (width 2H). Layers 1.. (``layers.N.``, for
+deeper heads) are plain pre-norm Llama layers on the running hidden state (width H); vLLM builds them the
+same way and feeds them no embedding. The incoming hidden state is, per row:
 - a real row: `fc` of the target's auxiliary hidden states (three layers concatenated, width 3H);
 - a P-EAGLE mask row: `fc(mask_hidden)`, one learned vector shared by every draft position 2..K;
 - a sequential EAGLE-3 step d > 0: the head's own pre-norm output from step d-1 (no `fc`).
 Parameter names equal the checkpoint keys vLLM loads (`midlayer.` maps to its `layers.0.`), so
 `state_dict()` is the checkpoint. The forward takes an explicit boolean attention mask and explicit RoPE
 positions because training packs many draft positions into one sequence.
+
+The token embedding either trains whole (the demo pair, whose target is ours too) or stays the target's
+with one learned row, the mask token's (a real target: its embedding is already good; P-EAGLE's mask
+token is the one token whose meaning is new). The LM head may cover a reduced draft vocabulary.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+KV = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -28,10 +36,22 @@ class DrafterShape:
     aux_layers: int = 3
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
+    layers: int = 1  # decoder layers: 1 is EAGLE-3's; published P-EAGLE heads use 4
+    kv_heads: int | None = None  # None: as many as query heads
+    draft_vocab_size: int | None = None  # rows of the LM head; None: the whole vocabulary
+    target_hidden_size: int | None = None  # width of each aux feature; None: hidden_size
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.heads
+
+    @property
+    def draft_vocab(self) -> int:
+        return self.draft_vocab_size or self.vocab_size
+
+    @property
+    def fused_width(self) -> int:
+        return self.aux_layers * (self.target_hidden_size or self.hidden_size)
 
 
 class RMSNorm(nn.Module):
@@ -58,35 +78,34 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tens
 
 
 class Attention(nn.Module):
-    def __init__(self, shape: DrafterShape):
+    def __init__(self, shape: DrafterShape, in_width: int):
         super().__init__()
-        width, inner = shape.hidden_size, shape.heads * shape.head_dim
-        self.q_proj = nn.Linear(2 * width, inner, bias=False)
-        self.k_proj = nn.Linear(2 * width, inner, bias=False)
-        self.v_proj = nn.Linear(2 * width, inner, bias=False)
-        self.o_proj = nn.Linear(inner, width, bias=False)
-        self.heads, self.head_dim, self.theta = shape.heads, shape.head_dim, shape.rope_theta
+        kv_heads = shape.kv_heads or shape.heads
+        self.q_proj = nn.Linear(in_width, shape.heads * shape.head_dim, bias=False)
+        self.k_proj = nn.Linear(in_width, kv_heads * shape.head_dim, bias=False)
+        self.v_proj = nn.Linear(in_width, kv_heads * shape.head_dim, bias=False)
+        self.o_proj = nn.Linear(shape.heads * shape.head_dim, shape.hidden_size, bias=False)
+        self.heads, self.kv_heads, self.head_dim, self.theta = shape.heads, kv_heads, shape.head_dim, shape.rope_theta
 
-    def project_kv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return rotate(self._split(self.k_proj(x)), positions, self.theta), self._split(self.v_proj(x))
+    def project_kv(self, x: torch.Tensor, positions: torch.Tensor) -> KV:
+        k = rotate(self._split(self.k_proj(x), self.kv_heads), positions, self.theta)
+        return self._widen(k), self._widen(self._split(self.v_proj(x), self.kv_heads))
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                past: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, past: list[KV]
+                ) -> tuple[torch.Tensor, KV]:
         """`mask` [rows, keys] is True where a row may attend; keys are `past` rows first, then these rows."""
-        q = rotate(self._split(self.q_proj(x)), positions, self.theta)
+        q = rotate(self._split(self.q_proj(x), self.heads), positions, self.theta)
         k, v = self.project_kv(x, positions)
-        keys = torch.cat([kv[0] for kv in (past or [])] + [k], dim=2)
-        values = torch.cat([kv[1] for kv in (past or [])] + [v], dim=2)
+        keys = torch.cat([kv[0] for kv in past] + [k], dim=2)
+        values = torch.cat([kv[1] for kv in past] + [v], dim=2)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         b, _, rows, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, rows, -1)), (k, v)
 
-    def forward_ttt(self, x: torch.Tensor, positions: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]]
-                    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def forward_ttt(self, x: torch.Tensor, positions: torch.Tensor, past: list[KV]) -> tuple[torch.Tensor, KV]:
         """Training-time-test attention without materialising the [R, (d+1)R] mask: row r attends causally to
         the first pass's keys (past[0]) and to its own row in every later pass (past[1:] and this one)."""
-        q = rotate(self._split(self.q_proj(x)), positions, self.theta)
+        q = rotate(self._split(self.q_proj(x), self.heads), positions, self.theta)
         k, v = self.project_kv(x, positions)
         if not past:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -104,9 +123,13 @@ class Attention(nn.Module):
         b, _, rows, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, rows, -1)), (k, v)
 
-    def _split(self, x: torch.Tensor) -> torch.Tensor:
+    def _split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         b, rows, _ = x.shape
-        return x.view(b, rows, self.heads, self.head_dim).transpose(1, 2)
+        return x.view(b, rows, heads, self.head_dim).transpose(1, 2)
+
+    def _widen(self, x: torch.Tensor) -> torch.Tensor:
+        """Grouped-query attention: each KV head serves heads // kv_heads query heads, as in vLLM's Llama."""
+        return x if self.kv_heads == self.heads else x.repeat_interleave(self.heads // self.kv_heads, dim=1)
 
 
 class MLP(nn.Module):
@@ -120,51 +143,94 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class MidLayer(nn.Module):
-    def __init__(self, shape: DrafterShape):
+class DecoderLayer(nn.Module):
+    """Layer 0 reads [embedding | hidden] (2H); later layers read the hidden state (H). Every layer has a
+    ``hidden_norm``, as vLLM builds them; only layer 0 uses it."""
+
+    def __init__(self, shape: DrafterShape, *, first: bool):
         super().__init__()
+        self.first = first
         self.input_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.hidden_norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
-        self.self_attn = Attention(shape)
+        self.self_attn = Attention(shape, (2 if first else 1) * shape.hidden_size)
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.mlp = MLP(shape)
 
+    def forward(self, x: torch.Tensor, embeds: torch.Tensor | None, positions: torch.Tensor,
+                mask: torch.Tensor | None, past: list[KV]) -> tuple[torch.Tensor, KV]:
+        if self.first:
+            # vLLM's default (norm_before_residual false): the residual is the hidden state before hidden_norm.
+            attn_in = torch.cat([self.input_layernorm(embeds), self.hidden_norm(x)], dim=-1)
+        else:
+            attn_in = self.input_layernorm(x)
+        if mask is None:
+            attn, kv = self.self_attn.forward_ttt(attn_in, positions, past)
+        else:
+            attn, kv = self.self_attn(attn_in, positions, mask, past)
+        x = attn + x
+        return self.mlp(self.post_attention_layernorm(x)) + x, kv
+
 
 class DrafterHead(nn.Module):
-    """Both drafters share this architecture; P-EAGLE's adds the `mask_hidden` parameter (width 3H)."""
+    """Both drafters share this architecture; P-EAGLE's adds the `mask_hidden` parameter (width 3H).
 
-    def __init__(self, shape: DrafterShape, *, parallel: bool):
+    ``mask_token`` (P-EAGLE with ``learn_embedding=False``): the token whose embedding row is learned while
+    the rest of the embedding stays frozen.
+    """
+
+    def __init__(self, shape: DrafterShape, *, parallel: bool, learn_embedding: bool = True,
+                 mask_token: int | None = None):
         super().__init__()
         self.shape = shape
         self.embed_tokens = nn.Embedding(shape.vocab_size, shape.hidden_size)
-        self.fc = nn.Linear(shape.aux_layers * shape.hidden_size, shape.hidden_size, bias=False)
-        self.midlayer = MidLayer(shape)
+        self.fc = nn.Linear(shape.fused_width, shape.hidden_size, bias=False)
+        self.midlayer = DecoderLayer(shape, first=True)
+        # ModuleDict keyed "1", "2", ...: state_dict names layers.1.*, the checkpoint keys vLLM reads.
+        self.layers = nn.ModuleDict({str(i): DecoderLayer(shape, first=False) for i in range(1, shape.layers)})
         self.norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
-        self.lm_head = nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
-        self.mask_hidden = (nn.Parameter(torch.randn(shape.aux_layers * shape.hidden_size) * 0.02)
-                            if parallel else None)
+        self.lm_head = nn.Linear(shape.hidden_size, shape.draft_vocab, bias=False)
+        self.mask_hidden = nn.Parameter(torch.randn(shape.fused_width) * 0.02) if parallel else None
+        self.learn_embedding = learn_embedding
+        self.mask_token = mask_token
+        self.mask_embedding = None
+        if not learn_embedding:
+            self.embed_tokens.weight.requires_grad_(False)
+            if parallel:
+                if mask_token is None:
+                    raise ValueError("a P-EAGLE head with a frozen embedding needs the mask token to learn")
+                self.mask_embedding = nn.Parameter(torch.zeros(shape.hidden_size))
+
+    def decoder_layers(self) -> list[DecoderLayer]:
+        return [self.midlayer, *self.layers.values()]
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        embeds = self.embed_tokens(tokens)
+        if self.mask_embedding is None:
+            return embeds
+        return torch.where((tokens == self.mask_token)[..., None], self.mask_embedding, embeds)
 
     def step(self, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
-             past: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+             past: list[list[KV]] | None = None) -> tuple[torch.Tensor, torch.Tensor, list[KV]]:
         """One pass of the head. tokens [B, R]; hidden [B, R, H] (already through `fc` where vLLM applies it).
 
+        `past` holds earlier passes' keys and values, one list per pass with one (k, v) per layer.
         `mask` None selects the training-time-test attention pattern (see Attention.forward_ttt).
-        Returns (logits, pre-norm output fed to the next sequential step, this pass's (k, v)).
+        Returns (logits, pre-norm output fed to the next sequential step, this pass's per-layer (k, v)).
         """
-        layer = self.midlayer
-        embeds = layer.input_layernorm(self.embed_tokens(tokens))
-        # vLLM's default (norm_before_residual false): the residual is the hidden state before hidden_norm.
-        residual = hidden
-        x = torch.cat([embeds, layer.hidden_norm(hidden)], dim=-1)
-        if mask is None:
-            attn, kv = layer.self_attn.forward_ttt(x, positions, past or [])
-        else:
-            attn, kv = layer.self_attn(x, positions, mask, past)
-        x = attn + residual
-        x = layer.mlp(layer.post_attention_layernorm(x)) + x
-        return self.lm_head(self.norm(x)), x, kv
+        embeds = self.embed(tokens)
+        x, kvs = hidden, []
+        for i, layer in enumerate(self.decoder_layers()):
+            x, kv = layer(x, embeds, positions, mask, [p[i] for p in past or []])
+            kvs.append(kv)
+        return self.lm_head(self.norm(x)), x, kvs
 
     def shared_hidden(self) -> torch.Tensor:
         assert self.mask_hidden is not None, "only the P-EAGLE drafter has mask_hidden"
         return self.fc(self.mask_hidden)
+
+    def embedding_for_checkpoint(self) -> torch.Tensor:
+        """The embedding vLLM should use: with a frozen embedding, the target's with the learned mask row."""
+        weight = self.embed_tokens.weight.detach().clone()
+        if self.mask_embedding is not None:
+            weight[self.mask_token] = self.mask_embedding.detach()
+        return weight

@@ -15,7 +15,9 @@ inference: shifted target tokens, hidden states of the same positions.
 
 Labels are the target's own greedy next tokens (cross-entropy on its argmax), since what counts at greedy
 verification is agreeing with the target, not with the corpus; hard labels also keep the loss cheap on
-these 2 cores. Depth d is weighted 0.8**d in both.
+these 2 cores. Depth d is weighted 0.8**d in both. A batch may say which label positions count
+(``valid``: the answer, not the prompt or padding) and may hold labels the head cannot produce (-1: outside
+a reduced draft vocabulary): those rows are left out of the loss and count as misses in the agreement.
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ DEPTH_DECAY = 0.8
 class TargetBatch:
     tokens: torch.Tensor  # [B, T]
     fused: torch.Tensor  # [B, T, 3H] target aux hidden states, concatenated (before fc)
-    labels: torch.Tensor  # [B, T] the target's greedy next token after each position
+    labels: torch.Tensor  # [B, T] the target's greedy next token after each position (in the head's vocabulary)
+    valid: torch.Tensor | None = None  # [B, T] bool: which labels count; None: all
+
+    def counts(self, at: torch.Tensor) -> torch.Tensor:
+        """[B, len(at)]: whether the labels at positions ``at`` count."""
+        if self.valid is None:
+            return torch.ones(self.tokens.shape[0], at.numel(), dtype=torch.bool)
+        return self.valid[:, at]
 
 
 @torch.no_grad()
@@ -49,9 +58,15 @@ def target_batch(target, tokens: torch.Tensor, aux_layer_ids: list[int]) -> Targ
 
 def _depth_loss(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Cross-entropy and greedy agreement over valid rows; returns (loss, hits, count, per-row hit)."""
-    ce = F.cross_entropy(logits.flatten(0, 1), labels.masked_fill(~valid, -100).flatten(), ignore_index=-100)
-    hit = (logits.detach().argmax(-1) == labels) & valid
+    """Cross-entropy and greedy agreement over valid rows; returns (loss, hits, count, per-row hit).
+
+    A label below zero (outside the draft vocabulary) is a miss and no loss."""
+    trained = valid & (labels >= 0)
+    if bool(trained.any()):
+        ce = F.cross_entropy(logits.flatten(0, 1), labels.masked_fill(~trained, -100).flatten(), ignore_index=-100)
+    else:
+        ce = logits.sum() * 0.0
+    hit = (logits.detach().argmax(-1) == labels) & trained
     return ce, hit.sum(), valid.sum(), hit
 
 
@@ -91,15 +106,16 @@ def parallel_loss(head: DrafterHead, batch: TargetBatch, *, depth: int, anchors:
     logits, _, _ = head.step(torch.cat([real_tok, mask_tok], 1), torch.cat([real_hidden, mask_hidden], 1),
                              torch.cat([real_pos, mask_pos]), allow)
     # Depth 0 label for row r: target distribution at r+1.
-    loss, h0, c0, hit0 = _depth_loss(logits[:, :rows], labels[:, 1:], torch.ones(b, rows, dtype=torch.bool))
+    loss, h0, c0, hit0 = _depth_loss(logits[:, :rows], labels[:, 1:], batch.counts(torch.arange(1, t)))
     total, hits, counts = loss, [int(h0)], [int(c0)]
     mask_logits = logits[:, rows:].view(b, a, n_mask, -1)
     chain = torch.zeros(b, a, depth, dtype=torch.bool)
     chain[:, :, 0] = hit0[:, anchors]
     for k in range(1, depth):
         label_at = anchors + 1 + k
-        valid = (label_at <= t - 1)[None, :].expand(b, a)
-        loss_k, hk, ck, hit_k = _depth_loss(mask_logits[:, :, k - 1], labels[:, label_at.clamp(max=t - 1)], valid)
+        inside = label_at.clamp(max=t - 1)
+        valid = (label_at <= t - 1)[None, :].expand(b, a) & batch.counts(inside)
+        loss_k, hk, ck, hit_k = _depth_loss(mask_logits[:, :, k - 1], labels[:, inside], valid)
         total = total + DEPTH_DECAY ** k * loss_k
         hits.append(int(hk))
         counts.append(int(ck))
@@ -113,7 +129,7 @@ def sequential_loss(head: DrafterHead, batch: TargetBatch, *, depth: int) -> Ste
     b, t = tokens.shape
     rows = t - 1
     r = torch.arange(rows)
-    past: list[tuple[torch.Tensor, torch.Tensor]] = []
+    past: list = []  # per pass, per layer (k, v)
     hidden = head.fc(fused[:, :-1])
     total = torch.zeros(())
     hits: list[int] = []
@@ -121,7 +137,7 @@ def sequential_loss(head: DrafterHead, batch: TargetBatch, *, depth: int) -> Ste
     for d in range(depth):
         tok_at = (r + 1 + d).clamp(max=t - 1)
         label_at = (r + 1 + d).clamp(max=t - 1)
-        valid = (r + 1 + d <= t - 1)[None, :].expand(b, rows)
+        valid = (r + 1 + d <= t - 1)[None, :].expand(b, rows) & batch.counts(label_at)
         logits, pre, kv = head.step(tokens[:, tok_at], hidden, r + d, None, past)
         loss_d, hd, cd, _ = _depth_loss(logits, labels[:, label_at], valid)
         total = total + DEPTH_DECAY ** d * loss_d

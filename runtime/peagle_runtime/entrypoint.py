@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from peagle_contract.bundle import MANIFEST_DIGEST_VAR, BundleError, check_bundle
 from peagle_contract.drafter import DrafterCheckError, check_drafter_dir
 from peagle_contract.serving import (
     ENV_PREFIX,
@@ -44,9 +45,12 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _LISTENER_FLAGS = frozenset({"port", "host", "uds"})
 # Per-request draft/accept counts ride on vLLM's response metrics; on unless the operator chose a level.
 _SPEC_METRICS_FLAG = "per_request_spec_decode_metrics"
-# SageMaker sends SIGTERM and SIGKILLs 30 s later. vLLM's default (0) aborts in-flight requests by killing
-# the engine, which leaves open streams hanging; a grace period lets them finish (or end aborted) first.
-SHUTDOWN_GRACE_S = 20
+# SageMaker sends SIGTERM and SIGKILLs 30 s later. vLLM 0.32's two shutdown modes: 0 ("abort") aborts every
+# in-flight request at once and sends each its final event (streams end with finish_reason "abort" and
+# [DONE]); a positive timeout ("drain") lets requests run but never aborts the ones still running at the
+# deadline - the engine is force-killed then and their streams hang until SIGKILL (measured in
+# tests/runtime/test_shutdown.py). SageMaker stops an instance after traffic has moved away, so abort.
+SHUTDOWN_TIMEOUT_S = 0
 
 
 class EntrypointError(ValueError):
@@ -112,6 +116,11 @@ def build_command(env: Mapping[str, str], extra_args: Sequence[str] = (), *,
                   model_dir: str | Path = TARGET_MODEL_DIR,
                   python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
     """The vLLM server command line and its environment, after every check. Raises EntrypointError."""
+    if env.get(MANIFEST_DIGEST_VAR):
+        try:  # the weights must be the bundle the environment pinned, before anything reads them
+            check_bundle(Path(model_dir), env[MANIFEST_DIGEST_VAR])
+        except BundleError as exc:
+            raise EntrypointError(str(exc)) from None
     env = default_model(env, model_dir)
     try:
         spec = check_environment(env)
@@ -120,7 +129,8 @@ def build_command(env: Mapping[str, str], extra_args: Sequence[str] = (), *,
     drafter = spec["model"]
     if _looks_local(drafter) or Path(drafter).is_dir():
         try:
-            check_drafter_dir(Path(drafter).expanduser(), where=f"{SPECULATIVE_CONFIG_VAR}.model")
+            info = check_drafter_dir(Path(drafter).expanduser(), where=f"{SPECULATIVE_CONFIG_VAR}.model")
+            info.check_k(spec["num_speculative_tokens"], where=f"{SPECULATIVE_CONFIG_VAR}.num_speculative_tokens")
         except DrafterCheckError as exc:
             raise EntrypointError(str(exc)) from None
     target = env[MODEL_VAR]
@@ -139,7 +149,7 @@ def build_command(env: Mapping[str, str], extra_args: Sequence[str] = (), *,
     if _SPEC_METRICS_FLAG not in given:
         argv += ["--" + _SPEC_METRICS_FLAG.replace("_", "-"), "summary"]
     if "shutdown_timeout" not in given:
-        argv += ["--shutdown-timeout", str(SHUTDOWN_GRACE_S)]
+        argv += ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
     if "enable_per_request_metrics" not in given and "disable_log_stats" not in given:
         argv.append("--enable-per-request-metrics")  # the engine's own TTFT for whole-body responses
     argv += list(extra_args)

@@ -1,40 +1,51 @@
-"""ASGI middleware: check each generation request, and print one JSON line per finished request.
+"""ASGI middleware: check each generation request, and print one JSON line per request whose response started.
 
 vLLM's server loads it with ``--middleware peagle_runtime.request_metrics.RequestMetricsMiddleware``.
 For POSTs to /invocations, /v1/completions and /v1/chat/completions it
 
-1. reads the body and refuses what vLLM would wrongly accept (:mod:`peagle_runtime.request_checks`);
-2. for a stream whose client did not ask for usage, asks vLLM for it (``stream_options.include_usage``)
-   and removes that extra usage-only event from what the client receives, so the client sees exactly
-   what it asked for;
-3. timestamps arrival, the first event that carries output (time to first token), and the last byte;
+1. reads the body up to :data:`~peagle_runtime.request_checks.MAX_BODY_BYTES` (413 at the first byte past
+   it, the rest never read) and refuses what vLLM would wrongly accept (:mod:`peagle_runtime.request_checks`);
+2. for a stream, asks vLLM for usage in every event (``stream_options``), so that the tokens produced are
+   known even when the stream is cut short, and gives the client exactly what it asked for: usage it did not
+   ask for is removed, the usage-only last event too;
+3. timestamps arrival, the moment the first generated text leaves (time to first token) and the last byte;
 4. prints :func:`peagle_contract.request_log.format_line` on stdout - the line the CloudWatch metric
-   filters read. Token counts come from the usage block; drafted/accepted counts from vLLM's
-   per-request ``metrics.speculative_decoding`` (the entrypoint turns it on).
+   filters read - also for a stream the client drops or vLLM aborts, with a status that says so;
+5. makes the process exit non-zero when vLLM's server shuts down because its engine died.
 
-Only 2xx responses get a line: a refused request has no tokens to measure (SageMaker's own 4XX/5XX
-metrics count those).
+How each figure is measured is the schema's to say (:mod:`peagle_contract.request_log`). A request refused
+before vLLM saw it gets no line (SageMaker's own 4XX metric counts it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import json
+import os
+import signal
 import sys
 import time
 import uuid
 from typing import Any, Awaitable, Callable
 
-from peagle_contract.request_log import format_line
+from peagle_contract.request_log import (
+    STATUS_ABORTED,
+    STATUS_CLIENT_GONE,
+    STATUS_STREAM_ERROR,
+    format_line,
+)
 
 from peagle_runtime.request_checks import (
+    MAX_BODY_BYTES,
     ROUTE_KINDS,
     CheckedRequest,
     Rejection,
-    check_request,
-    known_fields_from_vllm,
-    rejection_headers,
+    RequestValidator,
+    too_large,
 )
 
+EXIT_ENGINE_DIED = 70  # EX_SOFTWARE
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -46,13 +57,24 @@ def _emit(line: str) -> None:
     sys.stdout.flush()
 
 
+def _generated(choice: dict) -> bool:
+    """Whether a choice of an event carries generated output (text, content, reasoning or a tool call)."""
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                    or delta.get("tool_calls"))
+    return bool(choice.get("text"))
+
+
 class _Measure:
     """What one request's response tells us, fed chunk by chunk."""
 
-    def __init__(self, *, route: str, stream: bool, drop_usage_event: bool, arrival: float) -> None:
+    def __init__(self, *, route: str, stream: bool, drop_usage_event: bool, strip_event_usage: bool,
+                 arrival: float) -> None:
         self.route = route
         self.stream = stream
         self.drop_usage_event = drop_usage_event
+        self.strip_event_usage = strip_event_usage
         self.arrival = arrival
         self.status = 0
         self.first_output: float | None = None
@@ -60,58 +82,69 @@ class _Measure:
         self.request_id: str | None = None
         self.usage: dict | None = None
         self.metrics: dict | None = None
+        self.aborted = False  # vLLM ended a choice with finish_reason "abort"
+        self.error_event = False
+        self.done = False  # the stream's [DONE] was sent
+        self.logged = False
         self._pending = b""  # a stream's incomplete SSE event, held until its end arrives
-        self._body = bytearray()  # a non-stream response, parsed at its end
+        self._body = bytearray()  # a whole body, parsed at its end
 
     # -- streams -----------------------------------------------------------------------------------
-    def stream_chunk(self, chunk: bytes, now: float) -> bytes:
-        """Return what to forward: whole SSE events, less the usage event the client did not ask for."""
+    def stream_chunk(self, chunk: bytes) -> tuple[bytes, bool]:
+        """(what to forward: whole SSE events as the client asked for them, whether they carry generated text)."""
         data = self._pending + chunk
         cut = data.rfind(b"\n\n")
         if cut < 0:
             self._pending = data
-            return b""
+            return b"", False
         complete, self._pending = data[: cut + 2], data[cut + 2:]
         out = bytearray()
+        generated = False
         for event in complete.split(b"\n\n")[:-1]:
-            if self._read_event(event, now):
-                out += event + b"\n\n"
-        return bytes(out)
+            forward, has_text = self._read_event(event)
+            generated = generated or has_text
+            if forward is not None:
+                out += forward + b"\n\n"
+        return bytes(out), generated
 
     def flush(self) -> bytes:
         rest, self._pending = self._pending, b""
         return rest
 
-    def _read_event(self, event: bytes, now: float) -> bool:
-        """Record what the event says; False when it must not reach the client."""
-        text = event.decode("utf-8", "replace").strip()
-        if not text.startswith("data:"):
-            return True
-        payload = text[5:].strip()
-        if payload == "[DONE]":
-            return True
+    def _read_event(self, event: bytes) -> tuple[bytes | None, bool]:
+        """Parse the event once: record what it says; return it as forwarded (None: dropped) and its text."""
+        if not event.startswith(b"data:"):
+            return event, False
+        payload = event[5:].strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return event, False
         try:
             obj = json.loads(payload)
-        except json.JSONDecodeError:
-            return True
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return event, False
         if not isinstance(obj, dict):
-            return True
+            return event, False
         self.request_id = self.request_id or obj.get("id")
+        if obj.get("error"):
+            self.error_event = True
         choices = obj.get("choices") or []
-        if choices and self.first_output is None:
-            self.first_output = now
+        generated = any(_generated(c) for c in choices if isinstance(c, dict))
+        if any(isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices):
+            self.aborted = True
         if obj.get("usage"):
             self.usage = obj["usage"]
         if isinstance(obj.get("metrics"), dict):
             self.metrics = obj["metrics"]
-        if self.drop_usage_event and not choices and obj.get("usage"):
-            return False
-        return True
+        if not choices and obj.get("usage") and self.drop_usage_event:
+            return None, False
+        if choices and self.strip_event_usage and "usage" in obj:
+            del obj["usage"]
+            return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(), generated
+        return event, generated
 
     # -- whole bodies --------------------------------------------------------------------------------
-    def body_chunk(self, chunk: bytes, now: float) -> None:
-        if chunk and self.first_output is None:
-            self.first_output = now
+    def body_chunk(self, chunk: bytes) -> None:
         self._body += chunk
 
     def finish_body(self) -> None:
@@ -125,137 +158,262 @@ class _Measure:
             self.metrics = obj.get("metrics") if isinstance(obj.get("metrics"), dict) else None
 
     # -- the line ----------------------------------------------------------------------------------------
-    def record(self) -> dict | None:
-        if not 200 <= self.status < 300 or self.usage is None or self.finished is None:
-            return None
-        e2e = (self.finished - self.arrival) * 1000.0
-        ttft = ((self.first_output or self.finished) - self.arrival) * 1000.0
-        engine_ttft = (self.metrics or {}).get("time_to_first_token_ms")
-        if not self.stream and isinstance(engine_ttft, (int, float)):
-            # A whole-body response only shows its first token at the end; the engine saw it earlier.
-            ttft = min(float(engine_ttft), e2e)
-        output_tokens = int(self.usage.get("completion_tokens") or 0)
+    def outcome(self, *, client_gone: bool) -> int:
+        """The line's status: the HTTP status of a response that completed, else what cut it short."""
+        completed = self.done if self.stream else self.finished is not None
+        if client_gone and not completed:
+            return STATUS_CLIENT_GONE
+        if self.aborted:
+            return STATUS_ABORTED
+        if self.error_event or not completed:
+            return STATUS_STREAM_ERROR
+        return self.status
+
+    def record(self, *, now: float, client_gone: bool = False) -> dict | None:
+        if not (200 <= self.status < 300 or self.status == 0 and client_gone):
+            return None  # vLLM refused the request itself: no tokens to measure (SageMaker counts its 4XX)
+        end = self.finished or now
+        e2e = (end - self.arrival) * 1000.0
+        ttft = ((self.first_output or end) - self.arrival) * 1000.0
+        usage = self.usage or {}
+        output_tokens = int(usage.get("completion_tokens") or 0)
         rec: dict[str, object] = {
             "request_id": str(self.request_id or uuid.uuid4().hex),
             "route": self.route,
             "stream": self.stream,
-            "status": self.status,
+            "status": self.outcome(client_gone=client_gone),
             "ttft_ms": ttft,
             "e2e_ms": e2e,
-            "prompt_tokens": int(self.usage.get("prompt_tokens") or 0),
+            "prompt_tokens": int(usage.get("prompt_tokens") or 0),
             "output_tokens": output_tokens,
         }
-        if output_tokens > 1:
-            rec["tpot_ms"] = max(e2e - ttft, 0.0) / (output_tokens - 1)
+        tpot = self._tpot(e2e=e2e, ttft=ttft, output_tokens=output_tokens)
+        if tpot is not None:
+            rec["tpot_ms"] = tpot
         spec = (self.metrics or {}).get("speculative_decoding")
         if isinstance(spec, dict):
             rec["drafted_tokens"] = int(spec.get("num_draft_tokens") or 0)
             rec["accepted_tokens"] = int(spec.get("num_accepted_draft_tokens") or 0)
         return rec
 
+    def _tpot(self, *, e2e: float, ttft: float, output_tokens: int) -> float | None:
+        if output_tokens <= 1:
+            return None
+        if self.stream:
+            return max(e2e - ttft, 0.0) / (output_tokens - 1)  # the server's clock: both ends seen here
+        # Nothing of a whole body leaves before its end: its decode time is the engine's, on the engine's clock.
+        metrics = self.metrics or {}
+        decode = metrics.get("generation_time_ms")
+        if isinstance(decode, (int, float)) and not isinstance(decode, bool) and decode >= 0:
+            return float(decode) / (output_tokens - 1)
+        itl = metrics.get("mean_itl_ms")
+        return float(itl) if isinstance(itl, (int, float)) and not isinstance(itl, bool) and itl >= 0 else None
+
 
 class RequestMetricsMiddleware:
-    """Pure ASGI middleware (streams pass through chunk by chunk; nothing is buffered but SSE framing)."""
+    """Pure ASGI middleware (streams pass through event by event; only a whole body is held, to read its usage)."""
 
-    def __init__(self, app, known_fields: dict[str, frozenset[str]] | None = None,
+    def __init__(self, app, validator: RequestValidator | None = None,
                  emit: Callable[[str], None] = _emit) -> None:
         self.app = app
-        self.known_fields = known_fields or known_fields_from_vllm()
+        self.validator = validator or RequestValidator.from_vllm()
         self.emit = emit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") == "lifespan":
+            await self.app(scope, receive, _exit_non_zero_if_the_engine_died(scope, send))
+            return
         path = scope.get("path", "")
         if scope.get("type") != "http" or scope.get("method") != "POST" or path not in ROUTE_KINDS:
             await self.app(scope, receive, send)
             return
         arrival = time.perf_counter()
-        body, disconnected = await _read_body(receive)
-        if disconnected:
-            return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        checked = check_request(route=path, content_type=headers.get("content-type"), body=body,
-                                known_fields=self.known_fields)
+        body = await _read_body(receive, headers.get("content-length"))
+        if body is None:
+            return  # the client left while sending its body
+        checked = body if isinstance(body, Rejection) else self.validator.check(
+            route=path, content_type=headers.get("content-type"), body=body)
         if isinstance(checked, Rejection):
             await _send_rejection(send, checked)
             return
 
-        stream, drop_usage_event, body = _ask_for_usage(checked, body)
-        measure = _Measure(route=path, stream=stream, drop_usage_event=drop_usage_event, arrival=arrival)
+        stream, drop_usage_event, strip_event_usage, body = _ask_for_usage(checked, body)
+        measure = _Measure(route=path, stream=stream, drop_usage_event=drop_usage_event,
+                           strip_event_usage=strip_event_usage, arrival=arrival)
         scope = _with_body_length(scope, len(body))
+        state = {"sent_body": False, "client_gone": False}
+        # The one reader of the client's side after the body: uvicorn answers it with http.disconnect when the
+        # connection closes. Servers do not all raise on a send to a closed connection, so a stream would
+        # otherwise run to its end for nobody, logged as a success.
+        gone = asyncio.Event()
 
-        sent_body = False
+        async def listen() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        listener = asyncio.ensure_future(listen())
 
         async def replay() -> Message:
-            nonlocal sent_body
-            if not sent_body:
-                sent_body = True
+            if not state["sent_body"]:
+                state["sent_body"] = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def forward(message: Message) -> None:
+            if gone.is_set() and measure.finished is None:
+                state["client_gone"] = True
+                raise OSError("the client closed the connection")  # as uvicorn does: vLLM then aborts the request
+            try:
+                await send(message)
+            except Exception:  # the transport is gone
+                state["client_gone"] = True
+                raise
 
         async def watch(message: Message) -> None:
             kind = message["type"]
-            now = time.perf_counter()
             if kind == "http.response.start":
                 measure.status = int(message["status"])
                 if stream and 200 <= measure.status < 300:
-                    # We may drop an event, so the length vLLM computed would be wrong.
+                    # Events are rewritten, so the length vLLM computed would be wrong.
                     message = {**message, "headers": [(k, v) for k, v in message.get("headers", [])
                                                       if k.lower() != b"content-length"]}
-                await send(message)
+                await forward(message)
                 return
             if kind != "http.response.body":
-                await send(message)
+                await forward(message)
                 return
             chunk = message.get("body", b"")
             more = message.get("more_body", False)
             if stream and 200 <= measure.status < 300:
-                out = measure.stream_chunk(chunk, now)
+                out, generated = measure.stream_chunk(chunk)
                 if not more:
                     out += measure.flush()
                 if out or not more:
-                    await send({"type": "http.response.body", "body": out, "more_body": more})
+                    await forward({"type": "http.response.body", "body": out, "more_body": more})
+                if generated and measure.first_output is None:
+                    await _written()
+                    measure.first_output = time.perf_counter()  # the first text has left the server
             else:
-                measure.body_chunk(chunk, now)
-                await send(message)
+                measure.body_chunk(chunk)
+                await forward(message)
+                if not more and measure.first_output is None:
+                    await _written()
+                    measure.first_output = time.perf_counter()
             if not more:
+                if stream:
+                    await _written()
                 measure.finished = time.perf_counter()
                 if not stream:
                     measure.finish_body()
-                rec = measure.record()
-                if rec is not None:
-                    self.emit(format_line(rec))
+                self._log(measure, client_gone=state["client_gone"])
 
-        await self.app(scope, replay, watch)
+        try:
+            await self.app(scope, replay, watch)
+        finally:
+            listener.cancel()
+            # A response that never ended - the client left, vLLM aborted or failed - still gets its line.
+            if not measure.logged:
+                self._log(measure, client_gone=state["client_gone"] or gone.is_set())
+
+    def _log(self, measure: _Measure, *, client_gone: bool) -> None:
+        measure.logged = True
+        rec = measure.record(now=time.perf_counter(), client_gone=client_gone)
+        if rec is not None:
+            self.emit(format_line(rec))
 
 
-async def _read_body(receive: Receive) -> tuple[bytes, bool]:
+_SHUTDOWN_ASKED: list[int] = []  # the signals that asked this process to stop
+
+
+def _note_shutdown_signals() -> None:
+    """Remember SIGTERM / SIGINT beside vLLM's own handling of them (its event loop reads signals through the
+    wakeup fd, so a Python-level handler that chains to the previous one leaves that untouched)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+
+        def handler(signum: int, frame: object, previous: object = previous) -> None:
+            _SHUTDOWN_ASKED.append(signum)
+            if callable(previous):
+                previous(signum, frame)
+
+        signal.signal(sig, handler)
+
+
+def _exit_non_zero_if_the_engine_died(scope: Scope, send: Send) -> Send:
+    """Lifespan: vLLM's server shuts down with status 0 when its engine dies. SageMaker (and any supervisor)
+    must see a failure, so a shutdown nobody asked for (no SIGTERM/SIGINT) on a dead engine ends the process
+    with :data:`EXIT_ENGINE_DIED`. (On an asked-for shutdown vLLM stops the engine too; that is not a failure.)"""
+
+    started: dict = {}
+
+    async def watch(message: Message) -> None:
+        await send(message)
+        if message["type"] == "lifespan.startup.complete":
+            _note_shutdown_signals()
+            # Held now: vLLM clears app.state.engine_client before its shutdown completes.
+            started["engine"] = getattr(getattr(scope.get("app"), "state", None), "engine_client", None)
+        if message["type"] != "lifespan.shutdown.complete" or _SHUTDOWN_ASKED:
+            return
+        engine = started.get("engine")
+        if engine is not None and getattr(engine, "errored", False):
+            print(f"peagle-serve: the engine died; exiting with status {EXIT_ENGINE_DIED}", file=sys.stderr,
+                  flush=True)
+            atexit.register(os._exit, EXIT_ENGINE_DIED)  # registered last, so it runs first at exit
+
+    return watch
+
+
+async def _written() -> None:
+    """Return once what was just sent is in the kernel. uvloop (the loop vLLM's server runs on) queues a
+    write and flushes it when the loop's current iteration ends, which on a busy engine is milliseconds
+    later; one turn of the loop waits for that flush, so a clock read after it is when the bytes left."""
+    await asyncio.sleep(0)
+
+
+async def _read_body(receive: Receive, content_length: str | None) -> bytes | Rejection | None:
+    """The whole body, a 413 at the first byte past the limit (the rest is never read), or None if the client
+    left. A declared Content-Length over the limit is refused before any byte is read."""
+    if content_length is not None and content_length.strip().isdigit() and int(content_length) > MAX_BODY_BYTES:
+        return too_large(int(content_length))
     chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return b"", True
-        chunks.append(message.get("body", b""))
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return too_large(size)
+        chunks.append(chunk)
         if not message.get("more_body", False):
-            return b"".join(chunks), False
+            return b"".join(chunks)
 
 
 async def _send_rejection(send: Send, rejection: Rejection) -> None:
-    await send({"type": "http.response.start", "status": rejection.status,
-                "headers": list(rejection_headers(rejection))})
+    await send({"type": "http.response.start", "status": rejection.status, "headers": rejection.headers()})
     await send({"type": "http.response.body", "body": rejection.body(), "more_body": False})
 
 
-def _ask_for_usage(checked: CheckedRequest, body: bytes) -> tuple[bool, bool, bytes]:
-    """(stream, drop_usage_event, body to forward)."""
+def _ask_for_usage(checked: CheckedRequest, body: bytes) -> tuple[bool, bool, bool, bytes]:
+    """(stream, drop_usage_event, strip_event_usage, body to forward).
+
+    A stream asks vLLM for usage in every event (``continuous_usage_stats``) so a stream cut short still
+    says how many tokens it produced; what the client did not ask for is taken out again.
+    """
     parsed = checked.body
     if parsed.get("stream") is not True:
-        return False, False, body
-    options = parsed.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage") is True:
-        return True, False, body
-    new_options = dict(options) if isinstance(options, dict) else {}
-    new_options["include_usage"] = True
-    return True, True, json.dumps({**parsed, "stream_options": new_options}).encode()
+        return False, False, False, body
+    options = parsed.get("stream_options") if isinstance(parsed.get("stream_options"), dict) else {}
+    wants_usage = options.get("include_usage") is True
+    wants_continuous = options.get("continuous_usage_stats") is True
+    if wants_usage and wants_continuous:
+        return True, False, False, body
+    new_options = {**options, "include_usage": True, "continuous_usage_stats": True}
+    return True, not wants_usage, not wants_continuous, json.dumps({**parsed, "stream_options": new_options}).encode()
 
 
 def _with_body_length(scope: Scope, length: int) -> Scope:

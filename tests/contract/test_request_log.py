@@ -9,6 +9,7 @@ from peagle_contract.request_log import (
     METRIC_FIELDS,
     RequestLogError,
     filter_pattern,
+    metric_value,
     format_line,
     parse_line,
 )
@@ -46,6 +47,11 @@ def test_every_metric_field_has_a_pattern_on_its_own_key():
     names = [f.metric_name for f in METRIC_FIELDS]
     assert len(set(names)) == len(names)
     for f in METRIC_FIELDS:
-        # CloudWatch's documented numeric comparison, not the "field exists" wildcard.
-        assert f"($.{f.key} >= 0)" in filter_pattern(f) and "= *" not in filter_pattern(f)
-        assert EVENT_NAME in filter_pattern(f)
+        pattern = filter_pattern(f)
+        assert EVENT_NAME in pattern and "= *" not in pattern
+        if f.key is None:  # a count of the lines a request cut short
+            assert "($.status != 200)" in pattern and metric_value(f) == "1"
+        else:  # CloudWatch's documented numeric comparison, on completed requests only
+            assert f"($.{f.key} >= 0)" in pattern and "($.status = 200)" in pattern
+    ttft = next(f for f in METRIC_FIELDS if f.key == "ttft_ms")
+    assert "($.stream IS TRUE)" in filter_pattern(ttft)  # a whole body's first text leaves with its last

@@ -1,5 +1,6 @@
-"""Compiles the Triton kernels ahead of time for an H100/H200 (sm_90) with the Triton wheel's own ptxas: no GPU
-needed. Must run WITHOUT TRITON_INTERPRET (the interpreter replaces @triton.jit). Prints JSON after "AOT ".
+"""Compiles the Triton kernels ahead of time, for each CUDA compute capability given on the command line, with the
+Triton wheel's own ptxas: no GPU needed. Must run WITHOUT TRITON_INTERPRET (the interpreter replaces @triton.jit).
+Prints JSON after "AOT ": {capability: {variant: result}}.
 
 The integer/pointer attributes mirror what Triton's JIT specialises at launch: 16-byte aligned tensors and
 16-divisible strides/widths (hidden sizes 2880, 4096, 5120 all are), which is what lets the hidden copy use
@@ -40,13 +41,13 @@ STAGED_TYPES = dict(
 WIDE_INTS = ("target_hidden_stride", "out_hidden_stride", "hidden_size")
 
 
-def compile_one(kernel, types: dict[str, str], consts: dict, aligned_widths: bool) -> dict:
+def compile_one(kernel, types: dict[str, str], consts: dict, aligned_widths: bool, capability: int) -> dict:
     names = kernel.arg_names
     signature = {n: types.get(n, "constexpr") for n in names}
     divisible = [i for i, n in enumerate(names) if n.endswith("_ptr") or (aligned_widths and n in WIDE_INTS)]
     src = ASTSource(fn=kernel, signature=signature, constexprs={(names.index(n),): v for n, v in consts.items()},
                     attrs={(i,): [["tt.divisibility", 16]] for i in divisible})
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32))
     ptx = compiled.asm["ptx"]
     return {"cubin_bytes": len(compiled.asm["cubin"]),
             "global_ops": sorted(set(re.findall(r"(?:ld|st)\.global[\.\w]*", ptx))),
@@ -64,12 +65,14 @@ def main() -> int:
                                     {"K": 1, "HAS_REJECTED": True, "BLOCK_T": 2, "BLOCK_H": 64}, False),
         "staged_layout_k3": (staged_layout_kernel, STAGED_TYPES, {"K": 3, "HAS_REJECTED": True, "BLOCK_T": 4}, False),
     }
-    results = {}
-    for name, (kernel, types, consts, aligned) in variants.items():
-        try:
-            results[name] = compile_one(kernel, types, consts, aligned)
-        except Exception as exc:  # report every variant
-            results[name] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+    results: dict = {}
+    for capability in json.loads(sys.argv[1]):
+        per_arch = results[str(capability)] = {}
+        for name, (kernel, types, consts, aligned) in variants.items():
+            try:
+                per_arch[name] = compile_one(kernel, types, consts, aligned, capability)
+            except Exception as exc:  # report every variant on every architecture
+                per_arch[name] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
     results["_triton"] = triton.__version__
     print("AOT " + json.dumps(results))
     return 0

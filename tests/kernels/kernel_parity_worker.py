@@ -18,7 +18,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 if os.environ.get("TRITON_INTERPRET") != "1":
     sys.exit("kernel_parity_worker: set TRITON_INTERPRET=1 in the environment before starting it")
@@ -31,77 +30,11 @@ from kernel_parity_cases import CASES, Case  # noqa: E402
 from peagle_runtime.kernels import DraftInputs, DraftSpec, build_draft_inputs_reference  # noqa: E402
 from peagle_runtime.kernels.fused import build_draft_inputs_fused  # noqa: E402
 from peagle_runtime.kernels.staged import build_draft_inputs_staged  # noqa: E402
+from peagle_runtime.kernels.self_check import SENTINEL_ROWS, prefilled, run_proposer, same_bits  # noqa: E402
 from peagle_runtime.kernels.synthetic import make_batch  # noqa: E402
-
-SENTINEL_ROWS = 8  # buffer rows past T_out: nothing may write there
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
-
-
-def prefilled(batch, spec: DraftSpec, rows: int) -> DraftInputs:
-    """Buffers full of recognisable junk, like a proposer's buffers after earlier steps."""
-    g = torch.Generator().manual_seed(99)
-    h = batch.hidden_size
-    return DraftInputs(
-        token_ids=torch.full((rows,), -5, dtype=torch.int32),
-        positions=torch.full((rows,), -5, dtype=torch.int64),
-        is_rejected=torch.ones(rows, dtype=torch.bool),
-        is_masked=torch.ones(rows, dtype=torch.bool),
-        sample_indices=torch.full((batch.num_reqs * spec.num_slots,), -5, dtype=torch.int32),
-        hidden_states=torch.randn(rows, h, generator=g).to(batch.target_hidden_states.dtype),
-        slot_mapping=torch.full((rows,), -5, dtype=torch.int64),
-    )
-
 
 def trimmed(buf: DraftInputs, n: int) -> DraftInputs:
     return DraftInputs(**{k: (v if k == "sample_indices" else v[:n]) for k, v in buf.fields().items()})
-
-
-def proposer_state(batch, spec: DraftSpec, rows: int) -> SimpleNamespace:
-    """The attributes of vLLM's SpecDecodeBaseProposer that set_inputs_first_pass reads, P-EAGLE flavour."""
-    buf = prefilled(batch, spec, rows)
-    return SimpleNamespace(
-        use_heterogeneous_vocab=False, needs_extra_input_slots=True, parallel_drafting=True,
-        pass_hidden_states_to_model=True, method="eagle3", uses_mrope=False, device=torch.device("cpu"),
-        extra_slots_per_request=spec.num_slots, net_num_new_slots_per_request=spec.num_slots - 1,
-        parallel_drafting_token_id=spec.mask_token_id, parallel_drafting_hidden_state_tensor=batch.mask_hidden,
-        block_size=spec.block_size, max_model_len=spec.max_model_len,
-        input_ids=buf.token_ids, positions=buf.positions, is_rejected_token_mask=buf.is_rejected,
-        is_masked_token_mask=buf.is_masked, hidden_states=buf.hidden_states,
-        arange=torch.arange(max(rows, batch.num_reqs + 1), dtype=torch.int32),
-    )
-
-
-def attention_metadata(batch, case: Case):
-    from vllm.v1.attention.backend import CommonAttentionMetadata
-
-    qsl = batch.query_start_loc
-    lens = qsl[1:] - qsl[:-1]
-    last_pos = batch.target_positions[(qsl[1:] - 1).long()]
-    seq_lens = (last_pos + 1).to(torch.int32)
-    return CommonAttentionMetadata(
-        query_start_loc=qsl, query_start_loc_cpu=qsl.clone(), seq_lens=seq_lens, num_reqs=batch.num_reqs,
-        num_actual_tokens=batch.num_input_rows, max_query_len=int(lens.max()), max_seq_len=int(seq_lens.max()),
-        block_table_tensor=batch.block_table, slot_mapping=torch.zeros(batch.num_input_rows, dtype=torch.int64),
-    )
-
-
-def run_proposer(method, batch, spec: DraftSpec, case: Case, rows: int):
-    state = proposer_state(batch, spec, rows)
-    n_out, sample, cad = method(
-        state, target_token_ids=batch.target_token_ids, next_token_ids=batch.next_token_ids,
-        target_positions=batch.target_positions, target_hidden_states=batch.target_hidden_states,
-        token_indices_to_sample=None, cad=attention_metadata(batch, case),
-        num_rejected_tokens_gpu=batch.num_rejected,
-    )
-    full = DraftInputs(token_ids=state.input_ids, positions=state.positions, is_rejected=state.is_rejected_token_mask,
-                       is_masked=state.is_masked_token_mask, sample_indices=sample,
-                       hidden_states=state.hidden_states, slot_mapping=cad.slot_mapping)
-    return n_out, full, cad
 
 
 def run_case(case: Case) -> dict:
@@ -129,9 +62,9 @@ def run_case(case: Case) -> dict:
     timed("fused", lambda: build_draft_inputs_fused(batch=batch, spec=spec, out=trimmed(bufs["fused"], n)))
     timed("staged", lambda: build_draft_inputs_staged(batch=batch, spec=spec, out=trimmed(bufs["staged"], n)))
     vllm_n, vllm_out, vllm_cad = timed("vllm", lambda: run_proposer(
-        SpecDecodeBaseProposer.set_inputs_first_pass, batch, spec, case, rows))
+        SpecDecodeBaseProposer.set_inputs_first_pass, batch, spec, rows))
     plug_n, plug_out, plug_cad = timed("plugin", lambda: run_proposer(
-        plugin._fused_set_inputs_first_pass, batch, spec, case, rows))
+        plugin._fused_set_inputs_first_pass, batch, spec, rows))
 
     ref = bufs["reference"].fields()
     checks: dict[str, bool] = {}

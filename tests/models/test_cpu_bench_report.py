@@ -1,8 +1,11 @@
-"""bench/cpu_spec.py's reporting: ratios, greedy-parity flags, table and plot, on hand-made results."""
+"""bench/spec_runs.py's reporting (both speculative benchmarks): ratios, greedy-parity flags, table, plot and the
+portable report, on hand-made results."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("cpu_spec", ROOT / "bench" / "cpu_spec.py")
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("spec_runs", ROOT / "bench" / "spec_runs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -21,7 +25,8 @@ def bench():
 def _result(name, method, k, tps, cpu_tps, al, tokens, target_fw, drafter_fw):
     return {"name": name, "method": method, "k": k, "tokens_per_s": tps, "tokens_per_cpu_s": cpu_tps,
             "acceptance_length": al, "token_ids": tokens, "drafter_forwards_per_step": drafter_fw,
-            "target_forwards_per_output_token": target_fw, "drafter_share_of_time": 0.2}
+            "target_forwards_per_output_token": target_fw, "drafter_share_of_time": 0.2,
+            "accepted_per_position": [0.6, 0.4, 0.2][:k]}
 
 
 def test_summary_ratios_and_parity(bench, tmp_path):
@@ -45,7 +50,7 @@ def test_summary_ratios_and_parity(bench, tmp_path):
     assert [r["identical_to_plain"] for r in results] == [True, True, True, False, True]
     text = bench.table(results)
     assert "p-eagle-k5" in text and "False" in text
-    bench.plot(results, tmp_path / "plot.png")
+    bench.plot(results, tmp_path / "plot.png", title="t")
     assert (tmp_path / "plot.png").stat().st_size > 10_000
 
 
@@ -55,9 +60,28 @@ def test_cycles_keep_the_fastest_timing_and_reject_changed_output(bench):
                  target_share_of_time=0.5, target_forward_ms=3.0, drafter_forward_ms=1.0)
     faster = dict(first, tokens_per_s=200.0, generate_s=1.0, tokens_per_cpu_s=80.0, cpu_s=2.5, rounds_s=[1.0],
                   drafter_forward_ms=0.8)
-    merged = bench._merge_cycles(bench._merge_cycles(None, first), faster)
+    merged = bench.merge_cycles(bench.merge_cycles(None, first), faster)
     assert merged["tokens_per_s"] == 200.0 and merged["generate_s"] == 1.0 and merged["drafter_forward_ms"] == 0.8
     assert merged["tokens_per_cpu_s"] == 90.0  # the first cycle had the better CPU time
     assert merged["cycles_generate_s"] == [2.0, 1.0]
     with pytest.raises(RuntimeError, match="changed between cycles"):
-        bench._merge_cycles(merged, dict(faster, token_ids=[[1, 3]]))
+        bench.merge_cycles(merged, dict(faster, token_ids=[[1, 3]]))
+
+
+def test_a_committed_report_holds_no_absolute_path_of_this_machine(bench, tmp_path):
+    from models.cache import CACHE_DIR
+
+    results = [dict(_result("plain", "plain", 0, 10.0, 20.0, None, [[1]], 1.0, 0.0), accepted_per_position=[]),
+               dict(_result("p-eagle-k3", "p-eagle", 3, 15.0, 30.0, 2.0, [[1]], 0.5, 1.0),
+                    accepted_per_position=[0.5, 0.3, 0.1])]
+    bench.summarise(results)
+    report = bench.header(command="make bench-real", settings={"batch": 1})
+    report["models"] = {"target": str(CACHE_DIR / "smollm2-x" / "target"), "repo_file": str(ROOT / "bench")}
+    bench.write_report(report, results, tmp_path, "r", title="t")
+    text = (tmp_path / "r.json").read_text()
+    for root in (str(CACHE_DIR), str(ROOT), sys.prefix):
+        assert root not in text
+    written = json.loads(text)
+    assert written["models"]["target"] == "<model cache>/smollm2-x/target"
+    assert written["date"] and written["command"] == "make bench-real" and written["machine"]["cpus"]
+    assert "token_ids" not in written["results"][0]

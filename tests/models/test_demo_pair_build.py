@@ -51,7 +51,7 @@ def test_pair_is_written_in_the_layout_vllm_loads(mini_pair):
     t_cfg = json.loads((mini_pair.target / "config.json").read_text())
     assert p_cfg["architectures"] == [layout.DRAFTER_ARCHITECTURE]
     assert p_cfg[MASK_TOKEN_WRITE_KEY] == mini_pair.mask_token_id
-    assert check_drafter_dir(mini_pair.drafter, where="test") == mini_pair.mask_token_id
+    assert check_drafter_dir(mini_pair.drafter, where="test").mask_token_id == mini_pair.mask_token_id
     assert p_cfg["parallel_drafting"] is True and e_cfg["parallel_drafting"] is False
     aux = p_cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     assert len(aux) == 3 and max(aux) < t_cfg["num_hidden_layers"]

@@ -2,30 +2,38 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from models import layout
 from models.trainer.corpus import CorpusSpec, held_out_prompts, make_corpus
 from models.trainer.drafter import DrafterHead, DrafterShape
 from models.trainer.objectives import TargetBatch, parallel_loss, sequential_loss
 from models.trainer.target import pack_tokens
 
 SHAPE = DrafterShape(vocab_size=40, hidden_size=32, heads=2, intermediate_size=48)
+# A deeper head as the real pair trains them: 3 layers, grouped-query attention, a reduced draft vocabulary,
+# a frozen embedding with a learned mask row.
+DEEP = DrafterShape(vocab_size=40, hidden_size=32, heads=4, kv_heads=2, intermediate_size=48, layers=3,
+                    draft_vocab_size=24)
+SHAPES = pytest.mark.parametrize("shape", [SHAPE, DEEP], ids=["one-layer", "three-layer-gqa"])
 MASK = 3
 
 
-def _head(parallel: bool, seed: int = 0) -> DrafterHead:
+def _head(parallel: bool, seed: int = 0, shape: DrafterShape = SHAPE) -> DrafterHead:
     torch.manual_seed(seed)
-    head = DrafterHead(SHAPE, parallel=parallel)
+    frozen = shape is DEEP
+    head = DrafterHead(shape, parallel=parallel, learn_embedding=not frozen, mask_token=MASK if frozen else None)
     for p in head.parameters():  # norms away from one, so a wrong wiring shows up in the numbers
         torch.nn.init.normal_(p, std=0.3)
     return head.eval()
 
 
-def _batch(b: int = 2, t: int = 12, seed: int = 1) -> TargetBatch:
+def _batch(b: int = 2, t: int = 12, seed: int = 1, shape: DrafterShape = SHAPE) -> TargetBatch:
     g = torch.Generator().manual_seed(seed)
-    return TargetBatch(tokens=torch.randint(0, SHAPE.vocab_size, (b, t), generator=g),
-                       fused=torch.randn(b, t, 3 * SHAPE.hidden_size, generator=g),
-                       labels=torch.randint(0, SHAPE.vocab_size, (b, t), generator=g))
+    return TargetBatch(tokens=torch.randint(0, shape.vocab_size, (b, t), generator=g),
+                       fused=torch.randn(b, t, 3 * shape.hidden_size, generator=g),
+                       labels=torch.randint(0, shape.draft_vocab, (b, t), generator=g))
 
 
 def test_corpus_is_deterministic_and_prompts_are_held_out():
@@ -45,11 +53,12 @@ def test_pack_tokens_joins_with_eos_and_drops_the_tail():
     assert rows.tolist() == [[5, 6, 7], [0, 8, 9]]
 
 
+@SHAPES
 @torch.no_grad()
-def test_parallel_packing_equals_one_drafting_pass_per_anchor():
+def test_parallel_packing_equals_one_drafting_pass_per_anchor(shape):
     """Each anchor's block of mask rows, packed beside all others, must give the logits that vLLM's single
     drafting pass gives: real rows up to the anchor, then depth-1 mask rows, plain causal attention."""
-    head, batch, depth = _head(parallel=True), _batch(), 4
+    head, batch, depth = _head(parallel=True, shape=shape), _batch(shape=shape), 4
     anchors = torch.tensor([2, 5, 7])
     logits_packed = {}
 
@@ -77,10 +86,11 @@ def test_parallel_packing_equals_one_drafting_pass_per_anchor():
     assert len(result.hits) == depth and result.chain.shape == (2, 3, depth)
 
 
+@SHAPES
 @torch.no_grad()
-def test_training_time_test_equals_incremental_sequential_drafting():
+def test_training_time_test_equals_incremental_sequential_drafting(shape):
     """Pass d of the EAGLE-3 objective must equal drafting step by step with a KV cache, as vLLM does."""
-    head, batch, depth = _head(parallel=False), _batch(b=1), 3
+    head, batch, depth = _head(parallel=False, shape=shape), _batch(b=1, shape=shape), 3
     seen = []
 
     def capture(step):
@@ -130,3 +140,35 @@ def test_both_objectives_learn_a_fixed_batch():
         assert value.item() < 0.7 * first, (parallel, first, value.item())
         if parallel:
             assert head.mask_hidden.grad is not None and head.mask_hidden.grad.abs().sum() > 0
+
+
+def test_a_frozen_embedding_learns_only_the_mask_row():
+    head = _head(parallel=True, shape=DEEP).train()
+    before = head.embed_tokens.weight.detach().clone()
+    parallel_loss(head, _batch(shape=DEEP), depth=3, anchors=torch.tensor([1, 4]), mask_token=MASK).loss.backward()
+    assert head.embed_tokens.weight.grad is None and head.mask_embedding.grad.abs().sum() > 0
+    written = head.embedding_for_checkpoint()
+    changed = (written != before).any(-1).nonzero().flatten().tolist()
+    assert changed == [MASK]
+
+
+def test_the_checkpoint_a_deep_head_writes_is_the_layout_vllm_loads(tmp_path):
+    """Names and shapes from the trainer's state dict equal what models.layout declares for the config (the
+    names vLLM's llama_eagle3 loader maps: midlayer. -> layers.0., layers.N. for deeper layers)."""
+    from models.trainer.train_drafters import head_weights
+
+    head = _head(parallel=True, shape=DEEP)
+    target = {"num_hidden_layers": 6, "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "vocab_size": 40,
+              "hidden_size": 32}
+    spec = layout.DrafterSpec(hidden_size=32, num_heads=4, num_kv_heads=2, intermediate_size=48, num_layers=3,
+                              draft_vocab_size=24, trained_k=3)
+    config = layout.drafter_config(target=target, spec=spec, mask_token=MASK)
+    weights = head_weights(head, d2t=torch.arange(24) % 3)
+    assert {"layers.1.self_attn.q_proj.weight", "layers.2.mlp.down_proj.weight", "d2t",
+            "embed_tokens.weight"} <= set(weights)
+    out = layout.write_drafter(tmp_path, config=config, weights=weights)
+    assert config["num_hidden_layers"] == 3 and config["trained_num_speculative_tokens"] == 3
+    from peagle_contract.drafter import check_drafter_dir
+
+    info = check_drafter_dir(out, where="drafter")
+    assert info.mask_token_id == MASK and info.trained == ("trained_num_speculative_tokens", 3)

@@ -17,7 +17,7 @@ def test_pair_layout(tiny_pair):
     assert target["architectures"] == ["LlamaForCausalLM"] and target["num_hidden_layers"] == 4
     assert target["hidden_size"] == 128
     assert drafter["architectures"] == [layout.DRAFTER_ARCHITECTURE]
-    assert check_drafter_dir(tiny_pair.drafter, where="test") == tiny_pair.mask_token_id
+    assert check_drafter_dir(tiny_pair.drafter, where="test").mask_token_id == tiny_pair.mask_token_id
     aux = drafter["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     assert len(set(aux)) == 3 and all(0 <= i < target["num_hidden_layers"] for i in aux)
     with safe_open(str(tiny_pair.drafter / "model.safetensors"), "pt") as f:

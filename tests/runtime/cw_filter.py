@@ -5,7 +5,7 @@ them); it follows the pattern syntax AWS documents for JSON log events.
 
 Grammar (CloudWatch's, reduced): ``{ EXPR }`` where EXPR is terms joined by ``&&`` / ``||`` with
 parentheses, and a term is ``$.path OP VALUE``: OP one of = != < > <= >=, VALUE a double-quoted string,
-a number, or ``*`` (the field exists). Like CloudWatch, a log event that is not a JSON object matches
+a number, or ``*`` (the field exists); or ``$.path IS TRUE`` / ``IS FALSE`` (a JSON boolean). Like CloudWatch, a log event that is not a JSON object matches
 no JSON pattern, and a missing field makes its term false.
 """
 
@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-_TOKEN = re.compile(r'\s*(\{|\}|\(|\)|&&|\|\||<=|>=|!=|=|<|>|\$\.[A-Za-z0-9_.\[\]]+|"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?|\*)')
+_TOKEN = re.compile(r'\s*(\{|\}|\(|\)|&&|\|\||<=|>=|!=|=|<|>|IS|TRUE|FALSE|\$\.[A-Za-z0-9_.\[\]]+|"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?|\*)')
 
 
 class PatternError(ValueError):
@@ -97,6 +97,10 @@ def matches(pattern: str, line: str) -> bool:
             pos += 1
             return value
         path, op, raw = toks[pos], toks[pos + 1], toks[pos + 2]
+        if op == "IS" and raw in ("TRUE", "FALSE"):
+            pos += 3
+            found, actual = _lookup(event, path)
+            return found and actual is (raw == "TRUE")
         if not path.startswith("$.") or op not in ("=", "!=", "<", ">", "<=", ">="):
             raise PatternError(f"bad term {path} {op} {raw}")
         pos += 3
@@ -110,6 +114,8 @@ def matches(pattern: str, line: str) -> bool:
 
 def metric_value(selector: str, line: str) -> float:
     """What a metric filter with ``metricValue=selector`` publishes for a matching line."""
+    if re.fullmatch(r"-?\d+(?:\.\d+)?", selector):
+        return float(selector)  # a literal value: each matching line counts it
     found, value = _lookup(json.loads(line), selector)
     if not found or isinstance(value, bool) or not isinstance(value, (int, float)):
         raise PatternError(f"{selector} is not a number in {line}")

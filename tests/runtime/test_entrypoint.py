@@ -73,7 +73,7 @@ def test_round_trip_through_vllm_parser(vllm_parser, tiny_pair, kw):
     assert (args.host, args.port) == ("0.0.0.0", 8080)
     assert args.middleware == [entrypoint.MIDDLEWARE]
     assert engine.per_request_spec_decode_metrics == "summary"
-    assert 0 < engine.shutdown_timeout < 30  # streams drain before SageMaker's SIGKILL
+    assert engine.shutdown_timeout == entrypoint.SHUTDOWN_TIMEOUT_S == 0  # abort: open streams end at once
     assert child_env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
 
 
@@ -117,7 +117,7 @@ def test_model_defaults_to_sagemaker_dir_when_it_holds_files(tiny_pair, tmp_path
     assert _parse(vllm_parser, cmd).model == str(model_dir)
 
 
-def _broken_drafter(tiny_pair, tmp_path, *, drop_mask_hidden=False, drop_token=False):
+def _broken_drafter(tiny_pair, tmp_path, *, drop_mask_hidden=False, drop_token=False, trained_k=None):
     import torch
     from safetensors.torch import load_file
 
@@ -125,6 +125,8 @@ def _broken_drafter(tiny_pair, tmp_path, *, drop_mask_hidden=False, drop_token=F
     weights = load_file(str(tiny_pair.drafter / "model.safetensors"))
     if drop_token:
         del cfg[MASK_TOKEN_WRITE_KEY]
+    if trained_k is not None:
+        cfg["trained_num_speculative_tokens"] = trained_k
     if drop_mask_hidden:
         del weights[MASK_HIDDEN]
         from safetensors.torch import save_file
@@ -157,6 +159,10 @@ REFUSALS = [
     ("no-mask-token", lambda p, t: _with_spec(_env_for(p), _spec(p, model=str(_broken_drafter(p, t, drop_token=True)))),
      "names no mask-token id"),
     ("missing-drafter-dir", lambda p, t: _with_spec(_env_for(p), _spec(p, model=str(t / "nowhere"))), "does not exist"),
+    ("k-above-trained", lambda p, t: _with_spec(_env_for(p), _spec(p, model=str(_broken_drafter(p, t, trained_k=3)))),
+     "SM_VLLM_SPECULATIVE_CONFIG.num_speculative_tokens: got 4, but the drafter was trained for K up to 3"),
+    ("dynamic-k", lambda p, t: _with_spec(_env_for(p), _spec(p, num_speculative_tokens_per_batch_size=[[1, 8, 4]])),
+     "num_speculative_tokens_per_batch_size: not allowed with parallel_drafting"),
     ("api-key", lambda p, t: {**_env_for(p), "SM_VLLM_API_KEY": "secret"}, "SM_VLLM_API_KEY: not allowed"),
     ("multi-line", lambda p, t: {**_env_for(p), "SM_VLLM_MAX_MODEL_LEN": "512\n--api-key x"}, "single line"),
     ("port-override", lambda p, t: {**_env_for(p), "SM_VLLM_PORT": "9000"}, "SM_VLLM_PORT: not allowed"),
@@ -188,3 +194,26 @@ def test_console_script_exits_2_with_one_clear_line(tiny_pair, tmp_path):
     assert peagle_serve, "the peagle-serve console script is installed"
     done = subprocess.run([peagle_serve, "serve"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "peagle-serve: error:" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["GPT-OSS-20B", "GPT-OSS-120B", "Qwen3-Coder-30B-A3B-Instruct", "Gemma-4-31B-IT"])
+def test_every_presets_flags_are_vllms_own_and_reach_the_engine(vllm_parser, tiny_pair, name):
+    """The flags each head's card recommends, rendered by the DLC rule, parse with vLLM's own parser and land
+    in its engine arguments with the values the preset states."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from peagle_constructs.presets import PRESETS
+
+    preset = PRESETS[name]
+    cfg = preset.serving(target_model="s3://bucket/models/target/", drafter_model="s3://bucket/models/drafter/")
+    env = cfg.to_environment(target_dir=str(tiny_pair.target), drafter_dir=str(tiny_pair.drafter))
+    cmd, child_env = build_command(env)
+    args = _parse(vllm_parser, cmd)
+    engine = AsyncEngineArgs.from_cli_args(args)
+    assert cfg.extra_args["kv_cache_dtype"] == preset.kv_cache_dtype
+    for key, value in cfg.extra_args.items():
+        assert (getattr(engine, key) if hasattr(engine, key) else getattr(args, key)) == value, key
+    assert engine.speculative_config["num_speculative_tokens"] == preset.recommended_k
+    assert engine.max_model_len == preset.max_model_len and engine.max_num_seqs == preset.max_num_seqs
+    for key, value in preset.extra_environment.items():
+        assert child_env[key] == value

@@ -1,4 +1,7 @@
-"""P-EAGLE does not change the output: greedy tokens equal the no-speculation engine's, prompt by prompt."""
+"""P-EAGLE does not change the output: greedy tokens equal the no-speculation engine's, prompt by prompt,
+with a drafter that gets most of its tokens accepted - the trained demo pair (models.demo_pair), on prompts
+held out of its training. Equal output from a drafter that accepts nothing would only show that plain
+decoding equals itself, so the acceptance is asserted too."""
 
 from __future__ import annotations
 
@@ -7,37 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from harness import spec_metrics
+from models.trainer.corpus import held_out_prompts
 from runtime_server import FIGURES
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-PROMPTS = [
-    "Once upon a time",
-    "The quick brown fox",
-    "def add(a, b):\n    return",
-    "Paris is the capital of",
-    "Numbers: 1 2 3 4",
-    "SageMaker endpoints serve",
-    "Speculative decoding drafts",
-    "Questions? Answers!",
-    "for i in range(10):",
-    "A",
-    "zzz",
-    "Berlin is the capital of Germany. Paris is",
-    "3.14159 2.71828",
-    "user assistant system",
-    "The target model verifies the draft tokens in one pass and",
-    "lazy dog lazy dog lazy dog",
-    "print(",
-    "\"like this\" and 'that'",
-    "Once",
-    "large language models behind an HTTPS API",
-    "mask token and a shared hidden state",
-    "0 1 2 3 4 5 6 7 8 9 10 100 1000",
-    "small model that wanted to be fast. It",
-    "!!! ???",
-]
 MAX_TOKENS = 32
+K = 4
 
 
 def _greedy_tokens(base: str, model: str, prompt: str) -> list[int]:
@@ -48,17 +28,25 @@ def _greedy_tokens(base: str, model: str, prompt: str) -> list[int]:
     return r.json()["choices"][0]["token_ids"]
 
 
-def test_greedy_output_identical_with_and_without_p_eagle(server, baseline):
-    assert len(set(PROMPTS)) >= 20
-    model = str(server.target)
+def test_greedy_output_identical_with_a_drafter_that_is_mostly_accepted(demo_engines):
+    spec, plain = demo_engines["spec"], demo_engines["base"]
+    prompts = held_out_prompts(24)
+    assert len(set(prompts)) == 24
+    model = str(spec.target)
+    before = spec_metrics.scrape(spec.base)
     # Both engines get the prompts concurrently (batched), as they would in service.
     with ThreadPoolExecutor(8) as pool:
-        spec = list(pool.map(lambda p: _greedy_tokens(server.base, model, p), PROMPTS))
-        plain = list(pool.map(lambda p: _greedy_tokens(baseline.base, model, p), PROMPTS))
-    mismatched = [p for p, a, b in zip(PROMPTS, spec, plain) if a != b]
-    FIGURES["greedy parity (K=4 vs none)"] = (f"{len(PROMPTS) - len(mismatched)}/{len(PROMPTS)} prompts "
-                                             f"token-identical, {MAX_TOKENS} tokens each")
-    assert all(len(t) == MAX_TOKENS for t in spec + plain)
-    assert not mismatched, f"{len(mismatched)}/{len(PROMPTS)} prompts differ: {mismatched}"
-    # The outputs are not degenerate: different prompts lead to different continuations.
-    assert len({tuple(t) for t in plain}) >= len(PROMPTS) - 2
+        drafted = list(pool.map(lambda p: _greedy_tokens(spec.base, model, p), prompts))
+        reference = list(pool.map(lambda p: _greedy_tokens(plain.base, model, p), prompts))
+    counted = spec_metrics.scrape(spec.base) - before
+    mismatched = [p for p, a, b in zip(prompts, drafted, reference) if a != b]
+    FIGURES["greedy parity, demo pair K=4"] = (
+        f"{len(prompts) - len(mismatched)}/{len(prompts)} prompts token-identical, {MAX_TOKENS} tokens each; "
+        f"acceptance rate {counted.acceptance_rate:.2f}, AL {counted.acceptance_length:.2f}")
+    assert all(len(t) == MAX_TOKENS for t in drafted + reference)
+    assert not mismatched, f"{len(mismatched)}/{len(prompts)} prompts differ: {mismatched}"
+    assert len({tuple(t) for t in reference}) >= len(prompts) - 2  # different prompts, different continuations
+    # The drafter really drafts what the target says: most draft tokens are accepted, at every position.
+    assert counted.draft_tokens >= K * 100
+    assert counted.acceptance_rate >= 0.4, counted
+    assert all(rate > 0.1 for rate in counted.per_position_rates()), counted.per_position_rates()

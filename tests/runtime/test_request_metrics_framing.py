@@ -1,7 +1,8 @@
 """The middleware's stream handling, without an engine: SSE events split across body chunks at odd places.
 
-The app is a real Starlette streaming endpoint that answers like vLLM does when asked for usage (token
-events, then a usage-only event, then [DONE]), cut into chunks that break events in the middle.
+The app is a real Starlette streaming endpoint that answers as vLLM does for the stream options it is given
+(usage in every event with ``continuous_usage_stats``, a usage-only last event with ``include_usage``), cut
+into chunks that break events in the middle. Requests are checked by vLLM's own request models.
 """
 
 from __future__ import annotations
@@ -10,35 +11,48 @@ import asyncio
 import json
 
 import httpx
+import pytest
 from peagle_contract.request_log import parse_line
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from peagle_runtime.request_checks import COMPLETION, CHAT
+from peagle_runtime.request_checks import RequestValidator
 from peagle_runtime.request_metrics import RequestMetricsMiddleware
 
-FIELDS = {COMPLETION: frozenset({"prompt", "max_tokens", "stream", "stream_options", "model"}),
-          CHAT: frozenset({"messages", "max_tokens", "stream", "stream_options", "model"})}
+TOKENS = ("a", "b", "c")
 
 
-def _events(include_usage: bool) -> bytes:
-    chunks = [{"id": "cmpl-1", "choices": [{"index": 0, "text": t, "finish_reason": None}]} for t in ("a", "b", "c")]
-    out = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
-    if include_usage:
-        usage = {"id": "cmpl-1", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7},
-                 "metrics": {"speculative_decoding": {"num_draft_tokens": 8, "num_accepted_draft_tokens": 2}}}
-        out += b"data: " + json.dumps(usage).encode() + b"\n\n"
-    return out + b"data: [DONE]\n\n"
+@pytest.fixture(scope="module")
+def validator() -> RequestValidator:
+    return RequestValidator.from_vllm()
+
+
+def _events(options: dict, *, upto: int = len(TOKENS), done: bool = True) -> bytes:
+    """The SSE bytes vLLM sends for ``stream_options``; a chat-like role-only first event included."""
+    continuous = options.get("continuous_usage_stats") is True
+    events = [{"id": "cmpl-1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+    for i, text in enumerate(TOKENS[:upto], 1):
+        event = {"id": "cmpl-1", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+        if continuous:
+            event["usage"] = {"prompt_tokens": 4, "completion_tokens": i, "total_tokens": 4 + i}
+        events.append(event)
+    if done and options.get("include_usage") is True:
+        events.append({"id": "cmpl-1", "choices": [],
+                       "usage": {"prompt_tokens": 4, "completion_tokens": upto, "total_tokens": 4 + upto},
+                       "metrics": {"speculative_decoding": {"num_draft_tokens": 8, "num_accepted_draft_tokens": 2}}})
+    out = b"".join(b"data: " + json.dumps(e, separators=(",", ":")).encode() + b"\n\n" for e in events)
+    return out + (b"data: [DONE]\n\n" if done else b"")
 
 
 async def generate(request: Request):
     body = await request.json()
     if not body.get("stream"):
         return JSONResponse({"id": "cmpl-2", "choices": [{"text": "abc"}],
-                             "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}})
-    data = _events(bool((body.get("stream_options") or {}).get("include_usage")))
+                             "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7},
+                             "metrics": {"generation_time_ms": 10.0}})
+    data = _events(body.get("stream_options") or {})
 
     async def pieces():
         for i in range(0, len(data), 37):  # cuts through events and through "\n\n"
@@ -48,57 +62,92 @@ async def generate(request: Request):
     return StreamingResponse(pieces(), media_type="text/event-stream")
 
 
-def _client(lines: list[str]) -> httpx.AsyncClient:
-    app = Starlette(routes=[Route("/invocations", generate, methods=["POST"])])
-    wrapped = RequestMetricsMiddleware(app, known_fields=FIELDS, emit=lines.append)
+APP = Starlette(routes=[Route("/invocations", generate, methods=["POST"])])
+
+
+def _client(validator, lines: list[str]) -> httpx.AsyncClient:
+    wrapped = RequestMetricsMiddleware(APP, validator=validator, emit=lines.append)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=wrapped), base_url="http://test")
 
 
-def _run(coro):
-    return asyncio.run(coro)
-
-
-def test_stream_without_usage_request_hides_the_usage_event_and_logs_counts():
+def _post(validator, body: dict) -> tuple[httpx.Response, list[dict]]:
     lines: list[str] = []
 
     async def go():
-        async with _client(lines) as client:
-            r = await client.post("/invocations", json={"prompt": "x", "stream": True})
-            return r.status_code, r.content
+        async with _client(validator, lines) as client:
+            return await client.post("/invocations", json=body)
 
-    status, content = _run(go())
-    assert status == 200
-    assert content == _events(include_usage=False)  # byte for byte what a no-usage stream looks like
-    (rec,) = [parse_line(line) for line in lines]
-    assert (rec["stream"], rec["prompt_tokens"], rec["output_tokens"]) == (True, 4, 3)
-    assert (rec["drafted_tokens"], rec["accepted_tokens"]) == (8, 2)
-    assert rec["request_id"] == "cmpl-1"
+    response = asyncio.run(go())
+    return response, [parse_line(line) for line in lines]
 
 
-def test_stream_with_usage_request_is_untouched():
+def _parsed_events(content: bytes) -> list:
+    return [json.loads(e[6:]) if e[6:] != b"[DONE]" else "[DONE]" for e in content.split(b"\n\n") if e]
+
+
+@pytest.mark.parametrize("options", [{}, {"include_usage": True}, {"include_usage": True, "continuous_usage_stats": True}],
+                         ids=["no-usage", "usage", "continuous-usage"])
+def test_the_client_gets_exactly_the_stream_it_asked_for_and_the_line_has_the_counts(validator, options):
+    body = {"messages": [{"role": "user", "content": "x"}], "stream": True}
+    if options:
+        body["stream_options"] = options
+    response, (rec,) = _post(validator, body)
+    assert response.status_code == 200
+    assert _parsed_events(response.content) == _parsed_events(_events(options))
+    assert (rec["status"], rec["stream"], rec["prompt_tokens"], rec["output_tokens"]) == (200, True, 4, 3)
+    assert (rec["drafted_tokens"], rec["accepted_tokens"]) == (8, 2) and rec["request_id"] == "cmpl-1"
+    assert 0 < rec["ttft_ms"] <= rec["e2e_ms"]
+
+
+def test_whole_body_tpot_is_on_the_engines_clock_and_rejections_get_no_line(validator):
+    response, (rec,) = _post(validator, {"prompt": "x", "max_tokens": 3})
+    assert response.status_code == 200 and response.json()["choices"][0]["text"] == "abc"
+    assert rec["stream"] is False and rec["tpot_ms"] == pytest.approx(5.0)  # 10 ms of decoding / 2 tokens after the first
+    assert rec["ttft_ms"] <= rec["e2e_ms"]
+    bad, lines = _post(validator, {"prompt": "x", "max_tokens": True})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens" and lines == []
+
+
+def _drive(validator, *, fail_send_after: int | None = None, disconnect_after: int | None = None):
+    """Call the middleware directly: the transport dies after ``fail_send_after`` body messages, or the
+    client's disconnect arrives after ``disconnect_after``."""
     lines: list[str] = []
+    sent: list[dict] = []
+    body = json.dumps({"prompt": "x", "stream": True}).encode()
+    scope = {"type": "http", "method": "POST", "path": "/invocations", "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+    delivered = {"body": False}
+    gone = asyncio.Event()
 
-    async def go():
-        async with _client(lines) as client:
-            r = await client.post("/invocations", json={"prompt": "x", "stream": True,
-                                                         "stream_options": {"include_usage": True}})
-            return r.content
+    async def receive():
+        if not delivered["body"]:
+            delivered["body"] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
 
-    assert _run(go()) == _events(include_usage=True)
-    assert len(lines) == 1
+    async def send(message):
+        if message["type"] == "http.response.body":
+            bodies = sum(1 for m in sent if m["type"] == "http.response.body")
+            if fail_send_after is not None and bodies >= fail_send_after:
+                raise OSError("connection reset by peer")
+            if disconnect_after is not None and bodies + 1 >= disconnect_after:
+                gone.set()
+        sent.append(message)
+
+    middleware = RequestMetricsMiddleware(APP, validator=validator, emit=lines.append)
+    try:
+        asyncio.run(middleware(scope, receive, send))
+    except OSError:
+        pass
+    return [parse_line(line) for line in lines], sent
 
 
-def test_whole_body_and_rejection():
-    lines: list[str] = []
-
-    async def go():
-        async with _client(lines) as client:
-            ok = await client.post("/invocations", json={"messages": [], "max_tokens": 3})
-            bad = await client.post("/invocations", json={"prompt": "x", "max_tokens": True})
-            return ok, bad
-
-    ok, bad = _run(go())
-    assert ok.status_code == 200 and ok.json()["choices"][0]["text"] == "abc"
-    assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens"
-    (rec,) = [parse_line(line) for line in lines]  # only the served request has a line
-    assert rec["stream"] is False and "drafted_tokens" not in rec and rec["ttft_ms"] <= rec["e2e_ms"]
+@pytest.mark.parametrize("how", ["transport-dies", "client-disconnects"])
+def test_a_stream_the_client_drops_still_gets_its_line_with_the_tokens_so_far(validator, how):
+    kwargs = {"fail_send_after": 2} if how == "transport-dies" else {"disconnect_after": 2}
+    records, sent = _drive(validator, **kwargs)
+    (rec,) = records
+    assert rec["status"] == 499 and rec["stream"] is True
+    assert rec["output_tokens"] < len(TOKENS)  # what vLLM had produced when the client left
+    assert rec["e2e_ms"] >= rec["ttft_ms"] > 0

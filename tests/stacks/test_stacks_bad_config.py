@@ -47,7 +47,16 @@ CASES = [
     ("drafter-in-other-bucket", serving(drafter_model="s3://elsewhere/drafter/"), "drafter_model", "same bucket"),
     ("malformed-instance-type", dev(instance_type="g6e.xlarge"), "instance_type", "ml.<family>.<size>"),
     ("unknown-instance-family", dev(instance_type="ml.c5.xlarge"), "instance_type", "g6e"),
-    ("tensor-parallel-above-gpus", serving(tensor_parallel_size=2), "serving.tensor_parallel_size", "at most"),
+    ("tensor-parallel-above-gpus", serving(tensor_parallel_size=2), "Dev.tensor_parallel_size", "uses 1"),
+    ("tensor-parallel-above-gpus-without-preset", lambda: [replace(DEV, preset=None, serving=replace(
+        DEV.serving, tensor_parallel_size=2))], "serving.tensor_parallel_size", "at most"),
+    # The preset's checks: the head's trained K, the instances it fits, the memory arithmetic.
+    ("k-above-the-heads-trained-k", serving(num_speculative_tokens=11), "Dev.num_speculative_tokens",
+     "trained for K up to 10; allowed: 1..10"),
+    ("instance-the-preset-does-not-fit", dev(instance_type="ml.g5.xlarge"), "Dev.instance_type",
+     "allowed for GPT-OSS-20B"),
+    ("kv-cache-does-not-fit", serving(max_num_seqs=512), "Dev.max_num_seqs", "does not fit ml.g6e.xlarge"),
+    ("context-beyond-the-model", serving(max_model_len=262144), "Dev.max_model_len", "at most 131072"),
     ("fleet-outside-scaling-range", dev(instance_count=3), "instance_count", "min_capacity..max_capacity"),
     ("duplicate-environment-name", lambda: [DEV, STAGING, replace(PROD, name="Dev")],
      "environments[2].name", "not used by another environment"),

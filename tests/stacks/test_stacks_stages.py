@@ -164,3 +164,26 @@ def test_image_uri_context_switches_every_stage(synthesized_assembly):
         pulls = [s for s in policy["Properties"]["PolicyDocument"]["Statement"]
                  if "ecr:BatchGetImage" in s["Action"]]
         assert json.dumps(pulls[0]["Resource"]).endswith(':ecr:us-east-1:123456789012:repository/peagle-runtime"]]}')
+
+
+def test_a_pinned_weights_manifest_reaches_the_model_and_replaces_it(tmp_path):
+    """The pin is in the model's environment: the image refuses another bundle, and a new pin is a new model."""
+    from dataclasses import replace
+
+    from aws_cdk import App
+    from aws_cdk.assertions import Template
+    from peagle_contract.bundle import MANIFEST_DIGEST_VAR
+
+    from stacks.application import OFFLINE, build_app
+    from stacks.environments import DEV
+
+    def model_env(digest):
+        env = replace(DEV, serving=replace(DEV.serving, bundle_manifest_sha256=digest))
+        stage = build_app(App(context=OFFLINE), [env], nag=False)["Dev"]
+        (stack,) = [c for c in stage.node.children if hasattr(c, "template_options")]
+        models = Template.from_stack(stack).find_resources("AWS::SageMaker::Model")
+        (model,) = models.values()
+        return model["Properties"]["PrimaryContainer"]["Environment"]
+
+    assert model_env("ab" * 32)[MANIFEST_DIGEST_VAR] == "ab" * 32
+    assert MANIFEST_DIGEST_VAR not in model_env(None)

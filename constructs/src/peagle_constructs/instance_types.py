@@ -18,25 +18,31 @@ _INSTANCE_TYPE = re.compile(r"^ml\.(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)?)\.(?
 
 @dataclass(frozen=True)
 class GpuFamily:
-    gpu_memory_gib: int  # per GPU
+    gpu_memory_gb: int  # per GPU, in GB as NVIDIA and AWS state it (10^9 bytes)
     local_nvme: bool  # instance-store volumes: no KMS key, no VolumeSizeInGB
     gpus_by_size: dict[str, int]
+    # CUDA compute capability (major*10 + minor): the architecture the image's kernels must compile for
+    compute_capability: int
 
 
 _SINGLE_TO_16X = {"xlarge": 1, "2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "16xlarge": 1}
 
-# Storage kinds from the EC2/SageMaker instance-store tables; GPU counts per size from the instance pages.
+# Storage kinds from the EC2/SageMaker instance-store tables; GPU counts per size from the instance pages;
+# compute capabilities from NVIDIA's CUDA GPU table.
 GPU_FAMILIES: dict[str, GpuFamily] = {
-    "g4dn": GpuFamily(16, True, {**_SINGLE_TO_16X, "12xlarge": 4}),  # NVIDIA T4
-    "g5": GpuFamily(24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),  # NVIDIA A10G
-    "g6": GpuFamily(24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),  # NVIDIA L4
-    "g6e": GpuFamily(48, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),  # NVIDIA L40S
-    "p3": GpuFamily(16, False, {"2xlarge": 1, "8xlarge": 4, "16xlarge": 8}),  # NVIDIA V100
-    "p4d": GpuFamily(40, True, {"24xlarge": 8}),  # NVIDIA A100 40 GB
-    "p4de": GpuFamily(80, True, {"24xlarge": 8}),  # NVIDIA A100 80 GB
-    "p5": GpuFamily(80, True, {"4xlarge": 1, "48xlarge": 8}),  # NVIDIA H100
-    "p5e": GpuFamily(141, True, {"48xlarge": 8}),  # NVIDIA H200
-    "p5en": GpuFamily(141, True, {"48xlarge": 8}),  # NVIDIA H200
+    "g4dn": GpuFamily(16, True, {**_SINGLE_TO_16X, "12xlarge": 4}, 75),  # NVIDIA T4
+    "g5": GpuFamily(24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}, 86),  # NVIDIA A10G
+    "g6": GpuFamily(24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}, 89),  # NVIDIA L4
+    "g6e": GpuFamily(48, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}, 89),  # NVIDIA L40S
+    "p3": GpuFamily(16, False, {"2xlarge": 1, "8xlarge": 4, "16xlarge": 8}, 70),  # NVIDIA V100
+    "p4d": GpuFamily(40, True, {"24xlarge": 8}, 80),  # NVIDIA A100 40 GB
+    "p4de": GpuFamily(80, True, {"24xlarge": 8}, 80),  # NVIDIA A100 80 GB
+    "p5": GpuFamily(80, True, {"4xlarge": 1, "48xlarge": 8}, 90),  # NVIDIA H100
+    "p5e": GpuFamily(141, True, {"48xlarge": 8}, 90),  # NVIDIA H200
+    "p5en": GpuFamily(141, True, {"48xlarge": 8}, 90),  # NVIDIA H200
+    "p6-b200": GpuFamily(179, True, {"48xlarge": 8}, 100),  # NVIDIA B200
+    "g7e": GpuFamily(96, True, {"2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "12xlarge": 2, "24xlarge": 4,
+                                "48xlarge": 8}, 120),  # NVIDIA RTX PRO 6000 Blackwell Server Edition
 }
 
 
@@ -80,8 +86,8 @@ class InstanceType:
         return self.spec.gpus_by_size[self.size]
 
     @property
-    def total_gpu_memory_gib(self) -> int:
-        return self.gpu_count * self.spec.gpu_memory_gib
+    def total_gpu_memory_gb(self) -> int:
+        return self.gpu_count * self.spec.gpu_memory_gb
 
     def __str__(self) -> str:
         return self.name

@@ -29,6 +29,7 @@ from peagle_constructs.model import PEagleModel
 from peagle_constructs.monitoring import AlarmThresholds, EndpointMonitoring
 from peagle_constructs.native_metrics import DetailedObservability
 from peagle_constructs.notifications import AlarmSubscriber
+from peagle_constructs.presets import ModelPreset
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +58,9 @@ class PEagleEndpoint(Construct):
 
     ``instance_count`` is the fleet at creation: the endpoint keeps the count autoscaling sets across updates
     (RetainAllVariantProperties), so to resize a running endpoint change the autoscaling bounds.
+
+    ``preset`` (peagle_constructs.presets): the model family this serves; synth then refuses a K above the
+    head's trained K, an instance the preset does not list and a config whose memory does not fit.
 
     The endpoint gets a deterministic name (``endpoint_name``, or ``<stack name>-<id>``) because its log
     group ``/aws/sagemaker/Endpoints/<name>`` must exist, encrypted, before SageMaker writes to it.
@@ -87,9 +91,12 @@ class PEagleEndpoint(Construct):
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         weights_key: kms.IKey | None = None,
         environment: Mapping[str, str] | None = None,
+        preset: ModelPreset | None = None,
     ) -> None:
         super().__init__(scope, id)
         parsed = InstanceType.of(instance_type)
+        if preset is not None:  # the head's trained K, the instances it fits, the memory arithmetic
+            preset.check(serving, instance_type=instance_type)
         if encrypt_volume is None:
             encrypt_volume = not parsed.local_nvme
         self.endpoint_name = check_endpoint_name(endpoint_name) if endpoint_name is not None else self._default_name(id)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 # The checkpoint tensor P-EAGLE adds: [1, n_aux * target_hidden], projected by ``fc`` at load.
@@ -23,6 +24,9 @@ MASK_HIDDEN = "mask_hidden"
 # and so do the heads this project writes.
 MASK_TOKEN_KEYS = ("mask_token_id", "dspark_noise_token_id", "pard_token", "ptd_token_id")
 MASK_TOKEN_WRITE_KEY = "ptd_token_id"
+# Where a drafter's config.json may state the K it was trained for (the depth of its parallel objective);
+# past it acceptance collapses. The heads this project writes use the first key.
+TRAINED_K_KEYS = ("trained_num_speculative_tokens", "num_speculative_tokens")
 
 # A safetensors header over this size is not a real checkpoint header (guards a corrupt length field).
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -67,8 +71,30 @@ def tensor_names(directory: Path) -> set[str]:
     return names
 
 
-def check_drafter_dir(directory: str | Path, *, where: str) -> int:
-    """Raise :class:`DrafterCheckError` naming what is missing; return the mask-token id."""
+def trained_k(config: dict) -> tuple[str, int] | None:
+    """(key, K) when the config states the K the head was trained for, else None."""
+    for key in TRAINED_K_KEYS:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return key, value
+    return None
+
+
+@dataclass(frozen=True)
+class DrafterInfo:
+    mask_token_id: int
+    trained: tuple[str, int] | None  # (config key, K) when the config states the K it was trained for
+
+    def check_k(self, num_speculative_tokens: int, *, where: str) -> None:
+        """Refuse a K above the one the head was trained for: acceptance collapses past it."""
+        if self.trained is not None and num_speculative_tokens > self.trained[1]:
+            key, k = self.trained
+            raise DrafterCheckError(f"{where}: got {num_speculative_tokens}, but the drafter was trained for K up to "
+                                    f"{k} ({key} in its config.json); acceptance collapses past it; allowed: 1..{k}")
+
+
+def check_drafter_dir(directory: str | Path, *, where: str) -> DrafterInfo:
+    """Raise :class:`DrafterCheckError` naming what is missing or malformed; return what the head states."""
     d = Path(directory)
     if not d.is_dir():
         raise DrafterCheckError(f"{where}: drafter directory {d} does not exist")
@@ -98,4 +124,4 @@ def check_drafter_dir(directory: str | Path, *, where: str) -> int:
             f"{where}: the weights in {d} have no '{MASK_HIDDEN}' tensor (P-EAGLE's shared hidden state h_shared); "
             "this is not a parallel-drafting head"
         )
-    return token
+    return DrafterInfo(mask_token_id=token, trained=trained_k(config))

@@ -1,8 +1,23 @@
-"""The per-request log line: one JSON object per finished request, printed by the serving image.
+"""The per-request log line: one JSON object per request whose response started, printed by the serving image.
 
 This module is the single source of truth for that line. The runtime formats lines with
 :func:`format_line`; the CDK side generates its CloudWatch metric filters from :data:`METRIC_FIELDS`
 and :func:`filter_pattern`. Standard library only.
+
+How each field is measured (the runtime's middleware, in the container):
+
+- ``ttft_ms``: from the request's arrival to the moment the first generated text left the server - a
+  stream's first event that carries text (a chat stream's role-only first event is not a token), a whole
+  body's body. The metric reads completed streams only: a whole body's first text leaves with its last.
+- ``tpot_ms``: mean time per output token after the first, on one clock: a stream's
+  ``(e2e - ttft) / (output_tokens - 1)`` on the server's clock; a whole body's decode time / (tokens - 1) on
+  the engine's own clock (vLLM's per-request metrics), since nothing of it leaves the server earlier.
+- ``e2e_ms``: from arrival to the last byte sent (or to the moment the request was cut short).
+- token counts: vLLM's usage (for a cut-short stream, its usage when it was cut: tokens produced until then).
+- ``status``: the HTTP status of a completed request, or what cut it short: :data:`STATUS_CLIENT_GONE` when
+  the client closed the connection first, :data:`STATUS_ABORTED` when vLLM aborted it (shutdown, engine
+  failure), :data:`STATUS_STREAM_ERROR` when the stream ended in an error. Latency metrics read completed
+  (200) lines only; the cut-short ones are counted on their own (``CutShortRequests``).
 """
 
 from __future__ import annotations
@@ -17,28 +32,42 @@ EVENT_NAME = "peagle.request"
 # Default namespace for the metrics the filters publish; the constructs may give each endpoint its own.
 DEFAULT_NAMESPACE = "PEagle/Serving"
 
+STATUS_OK = 200
+STATUS_CLIENT_GONE = 499  # the client closed the connection before the end (the convention nginx started)
+STATUS_STREAM_ERROR = 500
+STATUS_ABORTED = 503  # vLLM aborted the request after the response had started
+
+# Which lines feed a metric.
+COMPLETED, COMPLETED_STREAMS, CUT_SHORT = "completed", "completed streams", "cut short"
+
 
 @dataclass(frozen=True)
 class MetricField:
-    """A numeric field of the line that becomes a CloudWatch metric."""
+    """A CloudWatch metric from the lines: a numeric field's value, or (``key`` None) a count of lines."""
 
-    key: str  # JSON key in the line
+    key: str | None  # JSON key in the line; None: each selected line counts 1
     metric_name: str  # CloudWatch metric name
     unit: str  # CloudWatch unit
     description: str
     # Only present when the value exists for this request (e.g. no spec-decode counts without drafts).
     optional: bool = False
+    lines: str = COMPLETED
 
 
 METRIC_FIELDS: tuple[MetricField, ...] = (
-    MetricField("ttft_ms", "TimeToFirstToken", "Milliseconds", "time from request arrival to the first output token"),
-    MetricField("tpot_ms", "TimePerOutputToken", "Milliseconds",
-                "mean time per output token after the first ((e2e - ttft) / (output_tokens - 1))", optional=True),
-    MetricField("e2e_ms", "EndToEndLatency", "Milliseconds", "time from request arrival to the last byte"),
+    MetricField("ttft_ms", "TimeToFirstToken", "Milliseconds",
+                "request arrival to the first generated text leaving the server (completed streams)",
+                lines=COMPLETED_STREAMS),
+    MetricField("tpot_ms", "TimePerOutputToken", "Milliseconds", "mean time per output token after the first",
+                optional=True),
+    MetricField("e2e_ms", "EndToEndLatency", "Milliseconds", "request arrival to the last byte sent"),
     MetricField("prompt_tokens", "PromptTokens", "Count", "tokens in the prompt"),
     MetricField("output_tokens", "OutputTokens", "Count", "tokens generated"),
     MetricField("drafted_tokens", "DraftedTokens", "Count", "draft tokens proposed for this request", optional=True),
     MetricField("accepted_tokens", "AcceptedTokens", "Count", "draft tokens the target accepted", optional=True),
+    MetricField(None, "CutShortRequests", "Count",
+                "requests whose response started but did not complete (client gone, aborted, stream error)",
+                lines=CUT_SHORT),
 )
 
 # Non-metric fields: who and what, for Logs Insights.
@@ -50,8 +79,8 @@ INFO_FIELDS: dict[str, type | tuple[type, ...]] = {
     "status": int,  # HTTP status sent
 }
 
-METRIC_KEYS = tuple(f.key for f in METRIC_FIELDS)
-REQUIRED_KEYS = tuple(INFO_FIELDS) + tuple(f.key for f in METRIC_FIELDS if not f.optional)
+METRIC_KEYS = tuple(f.key for f in METRIC_FIELDS if f.key is not None)
+REQUIRED_KEYS = tuple(INFO_FIELDS) + tuple(f.key for f in METRIC_FIELDS if f.key is not None and not f.optional)
 
 
 class RequestLogError(ValueError):
@@ -76,7 +105,7 @@ def format_line(record: Mapping[str, object]) -> str:
             raise RequestLogError(f"request-log field {key!r} must be {kind}")
     out: dict[str, object] = {k: line[k] for k in INFO_FIELDS}
     for f in METRIC_FIELDS:
-        value = line.get(f.key)
+        value = line.get(f.key) if f.key is not None else None
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -98,13 +127,22 @@ def parse_line(text: str) -> dict | None:
 
 
 def filter_pattern(metric: MetricField) -> str:
-    """CloudWatch Logs JSON filter pattern that selects request lines carrying ``metric``'s field.
+    """CloudWatch Logs JSON filter pattern that selects the request lines feeding ``metric``.
 
-    Every metric field is a non-negative number, so ``>= 0`` (the documented numeric comparison) selects
+    Every value field is a non-negative number, so ``>= 0`` (the documented numeric comparison) selects
     exactly the lines that carry it; a line without the field, or with a non-number, is not matched.
     """
-    return f'{{ ($.{EVENT_FIELD} = "{EVENT_NAME}") && ($.{metric.key} >= 0) }}'
+    terms = [f'($.{EVENT_FIELD} = "{EVENT_NAME}")']
+    if metric.lines == CUT_SHORT:
+        terms.append(f"($.status != {STATUS_OK})")
+    else:
+        terms.append(f"($.status = {STATUS_OK})")
+    if metric.lines == COMPLETED_STREAMS:
+        terms.append("($.stream IS TRUE)")
+    if metric.key is not None:
+        terms.append(f"($.{metric.key} >= 0)")
+    return "{ " + " && ".join(terms) + " }"
 
 
 def metric_value(metric: MetricField) -> str:
-    return f"$.{metric.key}"
+    return f"$.{metric.key}" if metric.key is not None else "1"

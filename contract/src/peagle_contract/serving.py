@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from peagle_contract.bundle import MANIFEST_DIGEST_VAR, BundleError, check_digest
+
 ENV_PREFIX = "SM_VLLM_"
 SPECULATIVE_CONFIG_VAR = "SM_VLLM_SPECULATIVE_CONFIG"
 
@@ -26,6 +28,7 @@ DRAFTER_MODEL_DIR = f"{TARGET_MODEL_DIR}/drafter"
 
 # P-EAGLE is vLLM's eagle3 method with parallel drafting; Model Runner V2 refuses parallel drafting.
 SPEC_METHOD = "eagle3"
+DYNAMIC_K_KEY = "num_speculative_tokens_per_batch_size"
 MODEL_RUNNER_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 
 K_MIN, K_MAX = 1, 32
@@ -96,6 +99,12 @@ class ServingConfig:
     dtype: str = "auto"
     served_model_name: str | None = None
     extra_args: Mapping[str, str | int | float | bool] = field(default_factory=dict)
+    # The SHA-256 of the weights bundle's manifest (peagle_contract.bundle): the image refuses another bundle,
+    # and a new pin is a new model in a stack diff. None: no pin.
+    bundle_manifest_sha256: str | None = None
+    # Plain environment variables for vLLM itself (e.g. a kernel switch a model card asks for); SM_VLLM_*
+    # flags go through extra_args, and the variables this project owns cannot be set here.
+    extra_environment: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -134,6 +143,11 @@ class ServingConfig:
             )
         if self.dtype not in DTYPES:
             raise ServingConfigError("dtype", f"got {self.dtype!r}; allowed: one of {DTYPES}")
+        if self.bundle_manifest_sha256 is not None:
+            try:
+                check_digest(self.bundle_manifest_sha256, "bundle_manifest_sha256")
+            except BundleError as exc:
+                raise ServingConfigError("bundle_manifest_sha256", str(exc).split(": ", 1)[1]) from None
         if self.served_model_name is not None and not re.match(r"^[\w.\-/]{1,128}$", self.served_model_name):
             raise ServingConfigError(
                 "served_model_name", f"got {self.served_model_name!r}; allowed: 1-128 of letters, digits, . _ - /"
@@ -156,7 +170,18 @@ class ServingConfig:
             if len(render_value(value)) > ENV_MAX_VALUE_CHARS:
                 raise ServingConfigError(where, f"renders {len(render_value(value))} characters; allowed: at most "
                                                 f"{ENV_MAX_VALUE_CHARS} (SageMaker's limit on an environment value)")
-        rendered = len(self._arguments()) + len(MODEL_RUNNER_ENV)
+        for key, value in self.extra_environment.items():
+            where = f"extra_environment[{key!r}]"
+            if not isinstance(key, str) or not _ENV_KEY.match(key):
+                raise ServingConfigError(where, "allowed: an environment variable name (letters, digits, _)")
+            if key.startswith((ENV_PREFIX, "PEAGLE_")) or key in MODEL_RUNNER_ENV or key == MANIFEST_DIGEST_VAR:
+                raise ServingConfigError(where, f"not allowed: {ENV_PREFIX}* flags go through extra_args, and "
+                                                f"PEAGLE_* and {sorted(MODEL_RUNNER_ENV)} are set by this project")
+            if not isinstance(value, str):
+                raise ServingConfigError(where, f"got {type(value).__name__}; allowed: a string")
+            check_single_line(value, where)
+        rendered = (len(self._arguments()) + len(MODEL_RUNNER_ENV) + (self.bundle_manifest_sha256 is not None)
+                    + len(self.extra_environment))
         if rendered > ENV_MAX_ENTRIES:
             raise ServingConfigError("extra_args", f"renders {rendered} environment variables; allowed: at most "
                                                    f"{ENV_MAX_ENTRIES} in all (SageMaker's limit on a container)")
@@ -183,7 +208,10 @@ class ServingConfig:
         target = target_dir if is_s3_uri(self.target_model) else self.target_model
         env = {ENV_PREFIX + key.upper(): render_value(value)
                for key, value in self._arguments(target=target, drafter_dir=drafter_dir).items()}
+        env.update(self.extra_environment)
         env.update(MODEL_RUNNER_ENV)
+        if self.bundle_manifest_sha256 is not None:
+            env[MANIFEST_DIGEST_VAR] = self.bundle_manifest_sha256
         check_environment_limits(env, "serving")
         return env
 
@@ -295,6 +323,11 @@ def parse_speculative_config(raw: str, where: str = SPECULATIVE_CONFIG_VAR) -> d
     if spec.get("parallel_drafting") is not True:
         raise ServingConfigError(f"{where}.parallel_drafting", f"got {spec.get('parallel_drafting')!r}; allowed: true")
     check_num_speculative_tokens(spec.get("num_speculative_tokens"), f"{where}.num_speculative_tokens")
+    if spec.get(DYNAMIC_K_KEY) is not None:
+        # vLLM's dynamic speculative decoding changes K per batch size; with parallel drafting its slot layout
+        # no longer matches the drafter input (vLLM issue 45695, open), so the two are never combined here.
+        raise ServingConfigError(f"{where}.{DYNAMIC_K_KEY}", "not allowed with parallel_drafting: vLLM's dynamic "
+                                                              "speculative decoding breaks the P-EAGLE slot layout")
     model = spec.get("model")
     if not isinstance(model, str) or not model:
         raise ServingConfigError(f"{where}.model", "must name the drafter: a directory in the container or a model id")

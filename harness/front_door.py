@@ -1,0 +1,172 @@
+"""A SageMaker Runtime front door on loopback, in front of the local runtime, so the real boto3
+``sagemaker-runtime`` client - not ours - is what the smoke and load tests drive.
+
+It speaks the two operations' wire format as botocore's service model describes it (rest-json):
+- ``POST /endpoints/<name>/invocations`` -> the container's ``/invocations``; the body and ``Content-Type``
+  back, ``x-Amzn-Invoked-Production-Variant`` set;
+- ``POST /endpoints/<name>/invocations-response-stream`` -> the same, streamed: the container's bytes, as
+  they come, each in a ``PayloadPart`` event of the AWS event-stream encoding (prelude with CRCs, string
+  headers ``:message-type``/``:event-type``/``:content-type``, the raw bytes as payload), the container's
+  content type in ``X-Amzn-SageMaker-Content-Type``;
+- a container answer outside 2xx becomes SageMaker's ``ModelError`` (HTTP 424, ``OriginalStatusCode``,
+  ``OriginalMessage``); an unknown endpoint name a ``ValidationError`` (400), as SageMaker answers them.
+Requests are not signed-checked (credentials are fake on loopback). Only 127.0.0.1 is listened on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import threading
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+
+from harness.ports import free_port
+
+_PATH = re.compile(r"^/endpoints/(?P<name>[^/]+)/(?P<op>invocations|invocations-response-stream)$")
+VARIANT = "AllTraffic"
+# SageMaker's own answer limit for InvokeEndpoint; the stream has a longer one.
+INVOKE_TIMEOUT_S, STREAM_TIMEOUT_S = 60.0, 600.0
+
+
+def _header(name: str, value: str) -> bytes:
+    raw_name, raw_value = name.encode(), value.encode()
+    return struct.pack("B", len(raw_name)) + raw_name + b"\x07" + struct.pack(">H", len(raw_value)) + raw_value
+
+
+def event_message(payload: bytes, headers: dict[str, str]) -> bytes:
+    """One message of the AWS event-stream encoding: total and header lengths, prelude CRC, headers, payload,
+    message CRC (CRC-32, big-endian throughout)."""
+    head = b"".join(_header(k, v) for k, v in headers.items())
+    total = 12 + len(head) + len(payload) + 4
+    prelude = struct.pack(">II", total, len(head))
+    prelude += struct.pack(">I", zlib.crc32(prelude))
+    body = prelude + head + payload
+    return body + struct.pack(">I", zlib.crc32(body))
+
+
+def payload_part(data: bytes) -> bytes:
+    return event_message(data, {":message-type": "event", ":event-type": "PayloadPart",
+                                ":content-type": "application/octet-stream"})
+
+
+def model_stream_error(message: str) -> bytes:
+    body = json.dumps({"Message": message, "ErrorCode": "ModelStreamError"}).encode()
+    return event_message(body, {":message-type": "exception", ":exception-type": "ModelStreamError",
+                                ":content-type": "application/json"})
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "FrontDoor"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt: str, *args) -> None:  # quiet: the runtime logs every request
+        pass
+
+    def _error(self, status: int, kind: str, body: dict) -> None:
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("x-amzn-ErrorType", kind)
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        match = _PATH.match(self.path.split("?", 1)[0])
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        if not match:
+            self._error(404, "UnknownOperationException", {"message": f"no operation at {self.path}"})
+            return
+        if match["name"] != self.server.endpoint_name:
+            self._error(400, "ValidationError",
+                        {"message": f"Endpoint {match['name']} of account 123456789012 not found."})
+            return
+        content_type = self.headers.get("Content-Type", "application/json")
+        if match["op"] == "invocations":
+            self._invoke(body, content_type)
+        else:
+            self._stream(body, content_type)
+
+    def _model_error(self, status: int, text: str) -> None:
+        kind = "client" if 400 <= status < 500 else "server"
+        self._error(424, "ModelError", {
+            "ErrorCode": f"{kind.upper()}_ERROR_FROM_MODEL", "OriginalStatusCode": status, "OriginalMessage": text,
+            "Message": f"Received {kind} error ({status}) from primary with message \"{text}\".",
+            "LogStreamArn": f"arn:aws:logs:local:123456789012:log-group:/aws/sagemaker/Endpoints/{self.server.endpoint_name}"})
+
+    def _invoke(self, body: bytes, content_type: str) -> None:
+        try:
+            r = httpx.post(self.server.backend + "/invocations", content=body, headers={"content-type": content_type},
+                           timeout=INVOKE_TIMEOUT_S)
+        except httpx.TimeoutException:
+            self._model_error(408, "the model did not answer within 60 seconds")
+            return
+        if not 200 <= r.status_code < 300:
+            self._model_error(r.status_code, r.text)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", r.headers.get("content-type", "application/json"))
+        self.send_header("x-Amzn-Invoked-Production-Variant", VARIANT)
+        self.send_header("Content-Length", str(len(r.content)))
+        self.end_headers()
+        self.wfile.write(r.content)
+
+    def _stream(self, body: bytes, content_type: str) -> None:
+        with httpx.Client(timeout=STREAM_TIMEOUT_S) as client, client.stream(
+                "POST", self.server.backend + "/invocations", content=body,
+                headers={"content-type": content_type}) as r:
+            if not 200 <= r.status_code < 300:
+                self._model_error(r.status_code, r.read().decode(errors="replace"))
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.amazon.eventstream")
+            self.send_header("X-Amzn-SageMaker-Content-Type", r.headers.get("content-type", "text/event-stream"))
+            self.send_header("x-Amzn-Invoked-Production-Variant", VARIANT)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for data in r.iter_raw():
+                    if data:
+                        self._chunk(payload_part(data))
+                self._chunk(b"")
+            except httpx.HTTPError as exc:
+                self._chunk(model_stream_error(f"the model's stream broke: {exc}"))
+                self._chunk(b"")
+            except (BrokenPipeError, ConnectionResetError):
+                # The client left (or read [DONE] and closed): leaving the with-block closes the container's
+                # stream too, which the runtime logs as a client disconnect - as SageMaker's front end would.
+                self.close_connection = True
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+
+class FrontDoor(ThreadingHTTPServer):
+    """``with FrontDoor(backend="http://127.0.0.1:8080", endpoint_name="peagle-dev") as door: door.url``."""
+
+    daemon_threads = True
+
+    def __init__(self, *, backend: str, endpoint_name: str, port: int | None = None) -> None:
+        super().__init__(("127.0.0.1", port or free_port()), _Handler)
+        self.backend, self.endpoint_name = backend.rstrip("/"), endpoint_name
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def __enter__(self) -> "FrontDoor":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+        self.server_close()
+
+

