@@ -151,3 +151,70 @@ def test_a_stream_the_client_drops_still_gets_its_line_with_the_tokens_so_far(va
     assert rec["status"] == 499 and rec["stream"] is True
     assert rec["output_tokens"] < len(TOKENS)  # what vLLM had produced when the client left
     assert rec["e2e_ms"] >= rec["ttft_ms"] > 0
+
+
+def _shutdown_run(validator, monkeypatch, *, vllm_ends_it: bool):
+    """A stream under way when SIGTERM comes (the middleware's event set as its signal handler does). vLLM
+    either ends the stream itself (its abort: a last event with finish_reason "abort", then [DONE]) or, as
+    when its engine is stopped before the abort reaches the server, never does."""
+    import peagle_runtime.request_metrics as request_metrics
+
+    monkeypatch.setattr(request_metrics, "SHUTDOWN_GRACE_S", 0.2)
+    lines: list[str] = []
+    sent: list[dict] = []
+
+    async def scenario():
+        vllm_aborts = asyncio.Event()
+
+        async def stream(request: Request):
+            await request.json()
+
+            async def pieces():
+                yield _events({"include_usage": True, "continuous_usage_stats": True}, upto=2, done=False)
+                await vllm_aborts.wait()  # never set when vLLM leaves the stream open
+                abort = {"id": "cmpl-1", "choices": [{"index": 0, "text": "", "finish_reason": "abort"}]}
+                yield b"data: " + json.dumps(abort).encode() + b"\n\ndata: [DONE]\n\n"
+
+            return StreamingResponse(pieces(), media_type="text/event-stream")
+
+        middleware = RequestMetricsMiddleware(Starlette(routes=[Route("/invocations", stream, methods=["POST"])]),
+                                              validator=validator, emit=lines.append)
+        body = json.dumps({"prompt": "x", "stream": True}).encode()
+        scope = {"type": "http", "method": "POST", "path": "/invocations",
+                 "headers": [(b"content-type", b"application/json")]}
+        delivered = asyncio.Event()
+
+        async def receive():
+            if not delivered.is_set():
+                delivered.set()
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.Event().wait()  # the client stays
+
+        async def send(message):
+            sent.append(message)
+
+        served = asyncio.ensure_future(middleware(scope, receive, send))
+        while not any(m["type"] == "http.response.body" and m.get("body") for m in sent):
+            await asyncio.sleep(0.01)
+        middleware.shutting_down.set()
+        if vllm_ends_it:
+            vllm_aborts.set()
+        await asyncio.wait_for(served, timeout=5)
+
+    asyncio.run(scenario())
+    content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    assert sent[-1] == {"type": "http.response.body", "body": sent[-1]["body"], "more_body": False}
+    return [parse_line(line) for line in lines], _parsed_events(content)
+
+
+@pytest.mark.parametrize("vllm_ends_it", [True, False], ids=["vllm-aborts-it", "vllm-leaves-it-open"])
+def test_sigterm_ends_every_open_stream_and_logs_it_aborted(validator, monkeypatch, vllm_ends_it):
+    (rec,), events = _shutdown_run(validator, monkeypatch, vllm_ends_it=vllm_ends_it)
+    assert events[-1] == "[DONE]"
+    if vllm_ends_it:  # vLLM's own last event, nothing added
+        assert events[-2]["choices"][0]["finish_reason"] == "abort"
+        assert not any(isinstance(e, dict) and "error" in e for e in events)
+    else:  # the middleware's: vLLM's error shape, 503
+        assert events[-2]["error"]["code"] == 503 and "shutting down" in events[-2]["error"]["message"]
+    assert all("usage" not in e for e in events if isinstance(e, dict))  # the client did not ask for usage
+    assert rec["status"] == 503 and rec["output_tokens"] == 2 and rec["stream"] is True

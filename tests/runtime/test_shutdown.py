@@ -53,9 +53,10 @@ EXIT_WITHIN_S = 25
 
 
 def test_sigterm_mid_stream_ends_the_stream_cleanly_and_exits_within_sagemakers_bound(server_k7):
-    """An 8000-token stream when SIGTERM comes: vLLM aborts it (the entrypoint's abort mode), the client
-    still gets a clean end ([DONE]), the request still gets its line (status 503, the tokens it had), and
-    the process exits 0 well inside SageMaker's 30 s."""
+    """An 8000-token stream when SIGTERM comes: it is aborted (the entrypoint's abort mode; the middleware
+    ends it after its grace when vLLM's abort never arrives), the client still gets a clean end ([DONE]), the
+    request still gets its line (status 503, the tokens it had), and the process exits 0 well inside
+    SageMaker's 30 s."""
     events: list[str] = []
     errors: list[BaseException] = []
     first_event = threading.Event()
@@ -90,8 +91,15 @@ def test_sigterm_mid_stream_ends_the_stream_cleanly_and_exits_within_sagemakers_
     assert not errors, f"the stream broke: {errors!r}"
     assert events and events[-1] == "[DONE]", events[-3:]
     chunks = [json.loads(e) for e in events[:-1]]
-    finish = [c["choices"][0].get("finish_reason") for c in chunks if c.get("choices")]
-    assert finish[-1] == "abort", finish[-3:]  # cut by the shutdown, not finished
+    # Cut by the shutdown, not finished: vLLM's own abort event when the engine's abort reached the server,
+    # else the middleware's 503 error event (vLLM 0.32 stops the engine at once in abort mode).
+    last = chunks[-1]
+    if "error" in last:
+        assert last["error"]["code"] == 503, last
+        FIGURES["SIGTERM mid-stream"] += ", ended by the middleware"
+    else:
+        assert last["choices"][0].get("finish_reason") == "abort", chunks[-3:]
+        FIGURES["SIGTERM mid-stream"] += ", ended by vLLM's abort"
     (rec,) = [r for r in server_k7.request_lines() if r["request_id"] not in before]
     assert rec["status"] == 503 and 0 < rec["output_tokens"] < 8000, rec
 
