@@ -309,11 +309,13 @@ def test_logged_ttft_is_what_a_real_client_measures(server, route, stream):
 
     The server runs at a lower CPU priority than this client (the fixture's ``nice``): on these 2 cores the
     engine would otherwise keep the client from reading for tens of milliseconds, which on SageMaker - client
-    and server on different machines - cannot happen."""
+    and server on different machines - cannot happen. With other jobs loading the machine, streams showed
+    gaps of +10 ms and single +110 ms outliers (the server starved between its stamp and the flush of the
+    write uvloop queued); idle, every gap was within a few milliseconds. The median of 7 is asserted."""
     base = {**(COMPLETION if route == "/v1/completions" else CHAT), "model": str(server.target),
             "max_tokens": 12, "ignore_eos": True, "stream": stream}
     gaps = []
-    for client_ms, request_id in _client_ttfts(server.base, route, base, count=5):
+    for client_ms, request_id in _client_ttfts(server.base, route, base, count=7):
         logged = _line_for(server, lambda rec, rid=request_id: rec["request_id"] == rid)
         assert logged["status"] == 200 and logged["stream"] is stream
         gaps.append(client_ms - logged["ttft_ms"])
