@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+import sys
 import threading
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -168,5 +169,11 @@ class FrontDoor(ThreadingHTTPServer):
     def __exit__(self, *exc) -> None:
         self.shutdown()
         self.server_close()
+
+    def handle_error(self, request, client_address) -> None:
+        # A client that closes its idle keep-alive connection (boto3's pool does at exit) is not an error;
+        # anything else still prints its traceback.
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
 
 
