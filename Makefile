@@ -54,7 +54,7 @@ models: setup
 demo-models: setup
 	$(PY) -m models.demo_pair
 
-# SmolLM2-135M-Instruct and its EAGLE-3 / P-EAGLE heads (the benchmark's recipe: about two hours on 2 cores).
+# SmolLM2-135M-Instruct and its EAGLE-3 / P-EAGLE heads (the benchmark's recipe: about 2 h 20 min on 2 cores).
 real-models: setup
 	$(PY) -m models.real_pair bench
 

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from models import real_pair
 
-    pair = real_pair.build("bench")  # cached after the first build (about an hour of training on 2 cores)
+    pair = real_pair.build("bench")  # cached after the first build (about 2 h 20 min on 2 cores)
     held_out = real_pair.held_out_check(pair.target, real_pair.sample_dir("bench"))
     tokenizer = AutoTokenizer.from_pretrained(pair.target)
     prompts, problem_ids = humaneval_prompts(tokenizer, args.prompts)

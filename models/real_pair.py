@@ -2,7 +2,7 @@
 self-distillation on coding tasks from the Python standard library; HumanEval is held out.
 
     from models import real_pair
-    pair = real_pair.build("bench")   # the benchmark's pair (about an hour on 2 cores the first time)
+    pair = real_pair.build("bench")   # the benchmark's pair (about 2 h 20 min on 2 cores the first time)
     pair = real_pair.build("demo")    # a smaller recipe for `make demo` (minutes), same steps
     real_pair.existing("bench")       # the pair if the cache holds it, else None (never builds)
 
@@ -19,7 +19,7 @@ are paid once where EAGLE-3's one layer is paid K times.
 Command line: ``python -m models.real_pair [bench|demo]``.
 
 Keys chain: the answers' key names the target's folder, whose key hashes models/smollm2.py, so an edit
-there re-answers every task (an hour for the bench recipe); the features' key hashes the answers.
+there re-answers every task (44 min for the bench recipe); the features' key hashes the answers.
 """
 
 from __future__ import annotations
