@@ -169,18 +169,22 @@ class _Measure:
             self.metrics = obj.get("metrics") if isinstance(obj.get("metrics"), dict) else None
 
     # -- the line ----------------------------------------------------------------------------------------
-    def outcome(self, *, client_gone: bool) -> int:
+    def outcome(self, *, client_gone: bool, shut_down: bool = False) -> int:
         """The line's status: the HTTP status of a response that completed, else what cut it short."""
         completed = self.done if self.stream else self.finished is not None
         if client_gone and not completed:
             return STATUS_CLIENT_GONE
         if self.aborted:
             return STATUS_ABORTED
+        if shut_down and (self.error_event or not completed):
+            # Cut by the shutdown, whatever vLLM said: its engine, stopped at once, may end a stream with an
+            # "EngineCore encountered an issue" error event rather than an abort.
+            return STATUS_ABORTED
         if self.error_event or not completed:
             return STATUS_STREAM_ERROR
         return self.status
 
-    def record(self, *, now: float, client_gone: bool = False) -> dict | None:
+    def record(self, *, now: float, client_gone: bool = False, shut_down: bool = False) -> dict | None:
         if not (200 <= self.status < 300 or self.status == 0 and client_gone):
             return None  # vLLM refused the request itself: no tokens to measure (SageMaker counts its 4XX)
         end = self.finished or now
@@ -192,7 +196,7 @@ class _Measure:
             "request_id": str(self.request_id or uuid.uuid4().hex),
             "route": self.route,
             "stream": self.stream,
-            "status": self.outcome(client_gone=client_gone),
+            "status": self.outcome(client_gone=client_gone, shut_down=shut_down),
             "ttft_ms": ttft,
             "e2e_ms": e2e,
             "prompt_tokens": int(usage.get("prompt_tokens") or 0),
@@ -334,7 +338,7 @@ class RequestMetricsMiddleware:
 
     def _log(self, measure: _Measure, *, client_gone: bool) -> None:
         measure.logged = True
-        rec = measure.record(now=time.perf_counter(), client_gone=client_gone)
+        rec = measure.record(now=time.perf_counter(), client_gone=client_gone, shut_down=self.shutting_down.is_set())
         if rec is not None:
             self.emit(format_line(rec))
 

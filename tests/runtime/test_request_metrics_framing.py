@@ -153,10 +153,10 @@ def test_a_stream_the_client_drops_still_gets_its_line_with_the_tokens_so_far(va
     assert rec["e2e_ms"] >= rec["ttft_ms"] > 0
 
 
-def _shutdown_run(validator, monkeypatch, *, vllm_ends_it: bool):
+def _shutdown_run(validator, monkeypatch, *, vllm_ends_it: str | None):
     """A stream under way when SIGTERM comes (the middleware's event set as its signal handler does). vLLM
-    either ends the stream itself (its abort: a last event with finish_reason "abort", then [DONE]) or, as
-    when its engine is stopped before the abort reaches the server, never does."""
+    ends the stream itself - its abort (a last event with finish_reason "abort") or, its engine stopped
+    under it, its engine-dead error event, then [DONE] - or, when neither reaches the server, never does."""
     import peagle_runtime.request_metrics as request_metrics
 
     monkeypatch.setattr(request_metrics, "SHUTDOWN_GRACE_S", 0.2)
@@ -172,8 +172,11 @@ def _shutdown_run(validator, monkeypatch, *, vllm_ends_it: bool):
             async def pieces():
                 yield _events({"include_usage": True, "continuous_usage_stats": True}, upto=2, done=False)
                 await vllm_aborts.wait()  # never set when vLLM leaves the stream open
-                abort = {"id": "cmpl-1", "choices": [{"index": 0, "text": "", "finish_reason": "abort"}]}
-                yield b"data: " + json.dumps(abort).encode() + b"\n\ndata: [DONE]\n\n"
+                last = ({"id": "cmpl-1", "choices": [{"index": 0, "text": "", "finish_reason": "abort"}]}
+                        if vllm_ends_it == "abort" else
+                        {"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError",
+                                   "param": None, "code": 500}})
+                yield b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n"
 
             return StreamingResponse(pieces(), media_type="text/event-stream")
 
@@ -207,13 +210,16 @@ def _shutdown_run(validator, monkeypatch, *, vllm_ends_it: bool):
     return [parse_line(line) for line in lines], _parsed_events(content)
 
 
-@pytest.mark.parametrize("vllm_ends_it", [True, False], ids=["vllm-aborts-it", "vllm-leaves-it-open"])
+@pytest.mark.parametrize("vllm_ends_it", ["abort", "error", None],
+                         ids=["vllm-aborts-it", "vllm-engine-dead-error", "vllm-leaves-it-open"])
 def test_sigterm_ends_every_open_stream_and_logs_it_aborted(validator, monkeypatch, vllm_ends_it):
     (rec,), events = _shutdown_run(validator, monkeypatch, vllm_ends_it=vllm_ends_it)
     assert events[-1] == "[DONE]"
-    if vllm_ends_it:  # vLLM's own last event, nothing added
+    if vllm_ends_it == "abort":  # vLLM's own last event, nothing added
         assert events[-2]["choices"][0]["finish_reason"] == "abort"
         assert not any(isinstance(e, dict) and "error" in e for e in events)
+    elif vllm_ends_it == "error":  # vLLM's engine-dead event passes as it is; the line blames the shutdown
+        assert events[-2]["error"]["code"] == 500
     else:  # the middleware's: vLLM's error shape, 503
         assert events[-2]["error"]["code"] == 503 and "shutting down" in events[-2]["error"]["message"]
     assert all("usage" not in e for e in events if isinstance(e, dict))  # the client did not ask for usage

@@ -91,12 +91,14 @@ def test_sigterm_mid_stream_ends_the_stream_cleanly_and_exits_within_sagemakers_
     assert not errors, f"the stream broke: {errors!r}"
     assert events and events[-1] == "[DONE]", events[-3:]
     chunks = [json.loads(e) for e in events[:-1]]
-    # Cut by the shutdown, not finished: vLLM's own abort event when the engine's abort reached the server,
-    # else the middleware's 503 error event (vLLM 0.32 stops the engine at once in abort mode).
+    # Cut by the shutdown, not finished. vLLM 0.32 stops the engine at once in abort mode, so three endings
+    # were seen: vLLM's abort event (the engine's abort reached the server), vLLM's engine-dead error event
+    # (500), or the middleware's 503 error event (neither arrived within its grace).
     last = chunks[-1]
     if "error" in last:
-        assert last["error"]["code"] == 503, last
-        FIGURES["SIGTERM mid-stream"] += ", ended by the middleware"
+        assert last["error"]["code"] in (500, 503), last
+        FIGURES["SIGTERM mid-stream"] += (", ended by the middleware" if last["error"]["code"] == 503
+                                          else ", ended by vLLM's engine-dead error event")
     else:
         assert last["choices"][0].get("finish_reason") == "abort", chunks[-3:]
         FIGURES["SIGTERM mid-stream"] += ", ended by vLLM's abort"
