@@ -328,15 +328,15 @@ def test_logged_ttft_is_what_a_real_client_measures(server, route, stream):
 
 def test_a_stream_the_client_drops_gets_its_line_with_the_tokens_it_had(server):
     body = {**COMPLETION, "max_tokens": 200, "ignore_eos": True, "stream": True}
-    before = {rec["request_id"] for rec in server.request_lines()}
-    events = 0
+    events: list[str] = []
     with httpx.Client(timeout=120) as client, client.stream("POST", server.base + "/invocations", json=body) as r:
         for line in r.iter_lines():
             if line.startswith("data: "):
-                events += 1
-            if events == 5:
+                events.append(line[6:])
+            if len(events) == 5:
                 break  # leaves the with-block: the connection closes mid-stream
-    rec = _line_for(server, lambda rec: rec["request_id"] not in before)
+    # By its id: a line of an earlier test may still land after this one began.
+    rec = _line_for(server, lambda rec, rid=_stream_id(events): rec["request_id"] == rid)
     assert rec["status"] == 499 and rec["stream"] is True
     assert 0 < rec["output_tokens"] < 200, rec
     FIGURES["stream dropped after 5 events"] = f"status {rec['status']}, {rec['output_tokens']} tokens logged"
