@@ -20,25 +20,13 @@ from pathlib import Path
 
 import spec_runs
 
-RESULTS_DIR = spec_runs.REPO_ROOT / "bench" / "results"
-
 
 def _configs(pair, args) -> list[dict]:
     from models.trainer.corpus import held_out_prompts
 
     base = {"target": str(pair.target), "prompts": held_out_prompts(args.prompts), "max_tokens": args.max_tokens,
             "rounds": args.rounds, "warmup_prompt": "def add_total(x):\n"}
-    configs = [dict(base, name="plain", method="plain", k=0, speculative_config=None)]
-    for k in args.eagle3_k:
-        configs.append(dict(base, name=f"eagle3-k{k}", method="eagle3", k=k,
-                            speculative_config=pair.speculative_config(k, parallel=False)))
-    for k in args.p_eagle_k:
-        configs.append(dict(base, name=f"p-eagle-k{k}", method="p-eagle", k=k,
-                            speculative_config=pair.speculative_config(k, parallel=True)))
-    # Plain again at the end: the machine is shared, so the baseline is the mean of both plain runs and the
-    # gap between them is reported as the drift over the run.
-    configs.append(dict(base, name="plain-end", method="plain", k=0, speculative_config=None))
-    return configs
+    return spec_runs.sweep(base, pair, eagle3_k=args.eagle3_k, p_eagle_k=args.p_eagle_k, heads={"p-eagle": None})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=64, help="output tokens per prompt (default 64)")
     parser.add_argument("--cycles", type=int, default=1, help="passes over all configs; the fastest counts")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per config; the fastest counts")
-    parser.add_argument("--out", default=str(RESULTS_DIR), help="results folder (default bench/results)")
+    parser.add_argument("--out", default=str(spec_runs.RESULTS_DIR), help="results folder (default bench/results)")
     args = parser.parse_args(argv)
     for k in [*args.p_eagle_k, *args.eagle3_k]:
         if not 1 <= k <= 15:

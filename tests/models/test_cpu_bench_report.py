@@ -85,3 +85,24 @@ def test_a_committed_report_holds_no_absolute_path_of_this_machine(bench, tmp_pa
     assert written["models"]["target"] == "<model cache>/smollm2-x/target"
     assert written["date"] and written["command"] == "make bench-real" and written["machine"]["cpus"]
     assert "token_ids" not in written["results"][0]
+
+
+def test_one_sweep_builds_both_benchmarks_configurations(bench, tmp_path):
+    """Plain first and last, EAGLE-3 at each K, every P-EAGLE head at each K, each naming its head folder and
+    drafting with it; the real benchmark's names carry the concurrency."""
+    from models.pair import ModelPair
+
+    pair = ModelPair(root=tmp_path, target=tmp_path / "target", drafter=tmp_path / "p_eagle_4l", mask_token_id=3,
+                     eagle3_drafter=tmp_path / "eagle3", other_drafters={"p_eagle": tmp_path / "p_eagle"})
+    configs = bench.sweep({"prompts": ["x"]}, pair, eagle3_k=[2, 7], p_eagle_k=[3],
+                          heads={"p-eagle-4l": None, "p-eagle": "p_eagle"}, suffix="-c8")
+    assert [c["name"] for c in configs] == ["plain-c8", "eagle3-k2-c8", "eagle3-k7-c8", "p-eagle-4l-k3-c8",
+                                            "p-eagle-k3-c8", "plain-end-c8"]
+    by_name = {c["name"]: c for c in configs}
+    assert by_name["eagle3-k7-c8"]["speculative_config"]["num_speculative_tokens"] == 7
+    assert by_name["eagle3-k7-c8"]["speculative_config"]["model"].endswith("eagle3")
+    assert by_name["p-eagle-k3-c8"]["speculative_config"]["model"].endswith("p_eagle")
+    assert by_name["p-eagle-k3-c8"]["speculative_config"]["parallel_drafting"] is True
+    assert [c.get("head") for c in configs] == [None, "eagle3", "eagle3", "p_eagle_4l", "p_eagle", None]
+    assert all(c["prompts"] == ["x"] for c in configs)
+    assert configs[0]["speculative_config"] is None and configs[-1]["speculative_config"] is None
