@@ -1,8 +1,12 @@
 """A streaming /invocations client, as SageMaker's InvokeEndpointWithResponseStream reaches the container.
 
-One piece of code for `make invoke`, the demo and the benchmarks. Time to first token is measured at the
-client: request sent -> first event carrying generated text (a chat stream's role-only first event is not
-a token). Token counts come from the usage block, which the client asks for.
+One piece of code for `make invoke`, the demo, the benchmarks and the TTFT test. Time to first token is
+measured at the client: request sent -> first event carrying generated text (a chat stream's role-only
+first event is not a token). Token counts come from the usage block, which the client asks for.
+
+The HTTP stack is urllib3, boto3's own. httpx's synchronous client, used here before, now and then handed
+over a stream's events only at its end on this machine (a 12-token stream's first text 50-110 ms late),
+while raw sockets and urllib3 saw every event within about a millisecond of the server writing it.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class StreamMeter:
     def __init__(self, sent: float, on_text: Callable[[str], None] | None = None) -> None:
         self.sent, self.on_text = sent, on_text
         self.first: float | None = None
+        self.request_id: str | None = None  # the response id the events carry (the one its request line names)
         self.pieces: list[str] = []
         self.tokens = 0
         self.done = False
@@ -70,6 +75,7 @@ class StreamMeter:
             self.done = True
             return
         event = json.loads(data)
+        self.request_id = self.request_id or event.get("id")
         piece = event_text(event)
         if piece:
             self.first = self.first or time.perf_counter()
@@ -92,18 +98,38 @@ def streaming_body(body: dict) -> dict:
     return body
 
 
+def post(base: str, route: str, body: dict, *, timeout_s: float = 300.0,
+         on_text: Callable[[str], None] | None = None) -> StreamMeter | tuple[float, dict]:
+    """POST ``body`` (JSON) to ``<base><route>`` on a connection of its own, the clock started just before
+    it opens. A stream (``body["stream"]``) is read through a :class:`StreamMeter`, which is returned;
+    a whole body returns (seconds until it was read, its JSON). ConnectionError when nothing listens."""
+    import urllib3
+
+    url = urllib3.util.parse_url(base)
+    pool = urllib3.HTTPConnectionPool(url.host, url.port or 80, maxsize=1, retries=False,
+                                      timeout=urllib3.Timeout(connect=10.0, read=timeout_s))
+    meter = StreamMeter(time.perf_counter(), on_text)
+    try:
+        response = pool.urlopen("POST", (url.path or "").rstrip("/") + route, body=json.dumps(body).encode(),
+                                headers={"content-type": "application/json"}, preload_content=False)
+    except urllib3.exceptions.NewConnectionError as exc:
+        raise ConnectionError(f"nothing listens on {base}") from exc
+    try:
+        if response.status != 200:
+            raise InvocationError(response.status, response.read().decode(errors="replace"))
+        if not body.get("stream"):
+            content = response.read()
+            return time.perf_counter() - meter.sent, json.loads(content)
+        for chunk in response.read_chunked() if response.chunked else response.stream():
+            meter.feed(chunk)
+        return meter
+    finally:
+        response.release_conn()
+        pool.close()
+
+
 def stream_invocation(base: str, body: dict, *, timeout_s: float = 300.0,
                       on_text: Callable[[str], None] | None = None) -> StreamResult:
     """POST ``body`` to ``<base>/invocations`` with ``stream: true``; ``on_text`` sees each piece as it arrives."""
-    import httpx
-
-    body = streaming_body(body)
-    meter = StreamMeter(time.perf_counter(), on_text)
-    with httpx.Client(timeout=timeout_s) as client, \
-            client.stream("POST", base.rstrip("/") + "/invocations", json=body) as response:
-        if response.status_code != 200:
-            raise InvocationError(response.status_code, response.read().decode(errors="replace"))
-        for chunk in response.iter_bytes():
-            if meter.feed(chunk):
-                break
+    meter = post(base, "/invocations", streaming_body(body), timeout_s=timeout_s, on_text=on_text)
     return meter.result()

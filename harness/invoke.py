@@ -23,11 +23,9 @@ def main(argv: list[str] | None = None) -> int:
         body["messages"] = [{"role": "user", "content": args.prompt}]
     else:
         body["prompt"] = args.prompt
-    import httpx
-
     try:
         result = stream_invocation(args.url, body, on_text=lambda piece: print(piece, end="", flush=True))
-    except httpx.ConnectError:
+    except ConnectionError:
         print(f"invoke: nothing listens on {args.url}; start it with `make serve`", file=sys.stderr)
         return 1
     except InvocationError as error:

@@ -292,10 +292,8 @@ def _stream_id(events: list[str]) -> str:
 
 
 def _client_ttfts(base: str, route: str, body: dict, *, count: int) -> list[tuple[float, str]]:
-    """TTFT of ``count`` requests as a client in a process of its own measures them (ttft_client.py): inside
-    this test process the same client code saw +80..+110 ms on streams the server wrote on time, while a
-    fresh process measured the same server within 0.4-3.5 ms - the test process's own load, not the server's
-    (as on SageMaker, where client and server are different machines)."""
+    """TTFT of ``count`` requests as a client in a process of its own measures them (ttft_client.py, through
+    harness.client), as a SageMaker client is apart from the server."""
     proc = subprocess.run([sys.executable, str(Path(__file__).with_name("ttft_client.py")), base, route,
                            json.dumps(body), str(count)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -309,9 +307,9 @@ def test_logged_ttft_is_what_a_real_client_measures(server, route, stream):
 
     The server runs at a lower CPU priority than this client (the fixture's ``nice``): on these 2 cores the
     engine would otherwise keep the client from reading for tens of milliseconds, which on SageMaker - client
-    and server on different machines - cannot happen. With other jobs loading the machine, streams showed
-    gaps of +10 ms and single +110 ms outliers (the server starved between its stamp and the flush of the
-    write uvloop queued); idle, every gap was within a few milliseconds. The median of 7 is asserted."""
+    and server on different machines - cannot happen. The +50..+110 ms stream gaps seen before came from the
+    client's HTTP stack (httpx handing over events late), not the server: harness.client reads with urllib3
+    now (its docstring says how that was measured). The median of 7 is asserted."""
     base = {**(COMPLETION if route == "/v1/completions" else CHAT), "model": str(server.target),
             "max_tokens": 12, "ignore_eos": True, "stream": stream}
     gaps = []
