@@ -57,6 +57,7 @@ SHUTDOWN_GRACE_S = 2.0
 # vLLM's error shape, as the last event of a stream the shutdown cut short.
 _SHUTDOWN_EVENT = (b"data: " + Rejection(503, "the server is shutting down; this response was cut short",
                                          type="ServiceUnavailableError").body() + b"\n\ndata: [DONE]\n\n")
+_USAGE_KEY = b',"usage":'  # as vLLM's serializer writes a key: no spaces
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -92,17 +93,22 @@ class _Measure:
         self.finished: float | None = None
         self.request_id: str | None = None
         self.usage: dict | None = None
+        self._usage_raw: bytes | None = None  # the latest usage of a stream, as vLLM wrote it
         self.metrics: dict | None = None
         self.aborted = False  # vLLM ended a choice with finish_reason "abort"
         self.error_event = False
         self.done = False  # the stream's [DONE] was sent
         self.logged = False
+        self.text_seen = False  # an event carried generated text: later events take the short read
         self._pending = b""  # a stream's incomplete SSE event, held until its end arrives
         self._body = bytearray()  # a whole body, parsed at its end
 
     # -- streams -----------------------------------------------------------------------------------
     def stream_chunk(self, chunk: bytes) -> tuple[bytes, bool]:
         """(what to forward: whole SSE events as the client asked for them, whether they carry generated text)."""
+        if not self._pending and chunk.endswith(b"\n\n") and chunk.find(b"\n\n") == len(chunk) - 2:
+            forward, generated = self._read_event(chunk[:-2])  # vLLM sends one whole event per message
+            return (b"" if forward is None else forward + b"\n\n"), generated
         data = self._pending + chunk
         cut = data.rfind(b"\n\n")
         if cut < 0:
@@ -118,15 +124,29 @@ class _Measure:
                 out += forward + b"\n\n"
         return bytes(out), generated
 
+    def latest_usage(self) -> dict | None:
+        """The usage the response reported last (a stream: in its latest event that carried one)."""
+        if self._usage_raw is not None:
+            try:
+                usage = json.loads(self._usage_raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                usage = None
+            self.usage, self._usage_raw = (usage if isinstance(usage, dict) else self.usage), None
+        return self.usage
+
     def flush(self) -> bytes:
         rest, self._pending = self._pending, b""
         return rest
 
     def _read_event(self, event: bytes) -> tuple[bytes | None, bool]:
-        """Parse the event once: record what it says; return it as forwarded (None: dropped) and its text."""
+        """Read the event once: record what it says; return it as forwarded (None: dropped) and its text."""
         if not event.startswith(b"data:"):
             return event, False
         payload = event[5:].strip()
+        if self.text_seen:
+            forward = self._read_ordinary_event(payload)
+            if forward is not None:
+                return forward, False
         if payload == b"[DONE]":
             self.done = True
             return event, False
@@ -141,10 +161,11 @@ class _Measure:
             self.error_event = True
         choices = obj.get("choices") or []
         generated = any(_generated(c) for c in choices if isinstance(c, dict))
+        self.text_seen = self.text_seen or generated
         if any(isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices):
             self.aborted = True
         if obj.get("usage"):
-            self.usage = obj["usage"]
+            self.usage, self._usage_raw = obj["usage"], None
         if isinstance(obj.get("metrics"), dict):
             self.metrics = obj["metrics"]
         if not choices and obj.get("usage") and self.drop_usage_event:
@@ -153,6 +174,25 @@ class _Measure:
             del obj["usage"]
             return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(), generated
         return event, generated
+
+    def _read_ordinary_event(self, payload: bytes) -> bytes | None:
+        """The common event once the first text has been seen - choices, no finish reason, no error, no
+        metrics, usage as its last field - read without parsing all of it: only its usage is decoded, and
+        cut from vLLM's own bytes when the client did not ask for it. None: not such an event (then it is
+        parsed whole). A JSON string holds quotes only escaped, so these markers cannot come from text."""
+        if (not payload.startswith(b"{") or b'"choices":[{' not in payload or b'"finish_reason":"' in payload
+                or b'"error"' in payload or b'"metrics"' in payload):
+            return None
+        cut = payload.rfind(_USAGE_KEY)
+        if cut < 0:
+            return b"data: " + payload
+        usage = payload[cut + len(_USAGE_KEY):-1]
+        # Usage is the event's last field only if what follows its key is one object, then the closing brace:
+        # a field after it would show as '},"' (vLLM writes no spaces; a string holds no bare quote).
+        if not (usage.startswith(b"{") and usage.endswith(b"}") and payload.endswith(b"}")) or b'},"' in usage:
+            return None
+        self._usage_raw = usage  # decoded once, when the line is written: not on every event
+        return b"data: " + (payload[:cut] + b"}" if self.strip_event_usage else payload)
 
     # -- whole bodies --------------------------------------------------------------------------------
     def body_chunk(self, chunk: bytes) -> None:
@@ -190,7 +230,7 @@ class _Measure:
         end = self.finished or now
         e2e = (end - self.arrival) * 1000.0
         ttft = ((self.first_output or end) - self.arrival) * 1000.0
-        usage = self.usage or {}
+        usage = self.latest_usage() or {}
         output_tokens = int(usage.get("completion_tokens") or 0)
         rec: dict[str, object] = {
             "request_id": str(self.request_id or uuid.uuid4().hex),
