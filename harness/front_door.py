@@ -9,7 +9,10 @@ It speaks the two operations' wire format as botocore's service model describes 
   headers ``:message-type``/``:event-type``/``:content-type``, the raw bytes as payload), the container's
   content type in ``X-Amzn-SageMaker-Content-Type``;
 - a container answer outside 2xx becomes SageMaker's ``ModelError`` (HTTP 424, ``OriginalStatusCode``,
-  ``OriginalMessage``); an unknown endpoint name a ``ValidationError`` (400), as SageMaker answers them.
+  ``OriginalMessage``); an unknown endpoint name a ``ValidationError`` (400), as SageMaker answers them;
+- for an endpoint of inference components (``component_name``), a request must name that component in
+  ``X-Amzn-SageMaker-Inference-Component`` (botocore's header for ``InferenceComponentName``); without it,
+  or naming another, a ``ValidationError`` (our wording: SageMaker's own is not documented).
 Requests are not signed-checked (credentials are fake on loopback). Only 127.0.0.1 is listened on.
 """
 
@@ -29,6 +32,7 @@ from harness.ports import free_port
 
 _PATH = re.compile(r"^/endpoints/(?P<name>[^/]+)/(?P<op>invocations|invocations-response-stream)$")
 VARIANT = "AllTraffic"
+COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 # SageMaker's own answer limit for InvokeEndpoint; the stream has a longer one.
 INVOKE_TIMEOUT_S, STREAM_TIMEOUT_S = 60.0, 600.0
 
@@ -86,6 +90,12 @@ class _Handler(BaseHTTPRequestHandler):
         if match["name"] != self.server.endpoint_name:
             self._error(400, "ValidationError",
                         {"message": f"Endpoint {match['name']} of account 123456789012 not found."})
+            return
+        wanted, named = self.server.component_name, self.headers.get(COMPONENT_HEADER)
+        if wanted is not None and named != wanted:
+            self._error(400, "ValidationError", {"message": (
+                f"Inference component {named} not found on endpoint {match['name']}." if named else
+                f"Endpoint {match['name']} hosts inference components: name one (InferenceComponentName).")})
             return
         content_type = self.headers.get("Content-Type", "application/json")
         if match["op"] == "invocations":
@@ -153,9 +163,10 @@ class FrontDoor(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, *, backend: str, endpoint_name: str, port: int | None = None) -> None:
+    def __init__(self, *, backend: str, endpoint_name: str, component_name: str | None = None,
+                 port: int | None = None) -> None:
         super().__init__(("127.0.0.1", port or free_port()), _Handler)
-        self.backend, self.endpoint_name = backend.rstrip("/"), endpoint_name
+        self.backend, self.endpoint_name, self.component_name = backend.rstrip("/"), endpoint_name, component_name
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property

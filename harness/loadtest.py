@@ -40,7 +40,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def level(client, endpoint: str, *, concurrency: int, requests: int, seconds: float, max_tokens: int,
-          ttft_target_ms: float) -> dict:
+          ttft_target_ms: float, component: str | None = None) -> dict:
     """One concurrency level: clients send back to back until the count or the time is reached."""
     lock = threading.Lock()
     state = {"sent": 0}
@@ -57,7 +57,7 @@ def level(client, endpoint: str, *, concurrency: int, requests: int, seconds: fl
             body = {"messages": [{"role": "user", "content": PROMPTS[n % len(PROMPTS)]}], "max_tokens": max_tokens,
                     "temperature": 0, "ignore_eos": True}
             try:
-                r = invoke_stream(client, endpoint, body)
+                r = invoke_stream(client, endpoint, body, component=component)
                 row = {"ok": r.output_tokens > 0, "ttft_ms": r.ttft_s * 1000, "e2e_ms": r.e2e_s * 1000,
                        "tokens": r.output_tokens,
                        "tpot_ms": (r.e2e_s - r.ttft_s) * 1000 / (r.output_tokens - 1) if r.output_tokens > 1 else None}
@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"starting a runtime ({kind} pair) ...", flush=True)
             stack.callback(runtime.stop)
             runtime.start().wait_ready(timeout_s=900)
-            door = stack.enter_context(FrontDoor(backend=runtime.base, endpoint_name=env.endpoint_name))
+            door = stack.enter_context(FrontDoor(backend=runtime.base, endpoint_name=env.endpoint_name,
+                                                 component_name=env.component_name))
             client = runtime_client(endpoint_url=door.url, max_connections=max(args.concurrency))
             what = f"local runtime ({kind} pair, CPU)"
         else:
@@ -161,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         for concurrency in args.concurrency:
             print(f"concurrency {concurrency} ...", flush=True)
             levels.append(level(client, env.endpoint_name, concurrency=concurrency, requests=args.requests,
-                                seconds=args.seconds, max_tokens=args.max_tokens, ttft_target_ms=target_ms))
+                                seconds=args.seconds, max_tokens=args.max_tokens, ttft_target_ms=target_ms,
+                                component=env.component_name))
     print(table(levels, target_ms))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -45,22 +45,29 @@ class WholeResult:
         return choice.get("text") or (choice.get("message") or {}).get("content") or ""
 
 
-def invoke(client, endpoint: str, body: dict) -> WholeResult:
+def _component(component: str | None) -> dict:
+    """An endpoint that hosts inference components is invoked naming one."""
+    return {"InferenceComponentName": component} if component else {}
+
+
+def invoke(client, endpoint: str, body: dict, *, component: str | None = None) -> WholeResult:
     """InvokeEndpoint with a JSON body; the whole answer."""
     started = time.perf_counter()
     response = client.invoke_endpoint(EndpointName=endpoint, Body=json.dumps(body).encode(),
-                                      ContentType="application/json", Accept="application/json")
+                                      ContentType="application/json", Accept="application/json", **_component(component))
     payload = json.loads(response["Body"].read())
     return WholeResult(seconds=time.perf_counter() - started, body=payload,
                        variant=response.get("InvokedProductionVariant"))
 
 
-def invoke_stream(client, endpoint: str, body: dict, *, on_text: Callable[[str], None] | None = None) -> StreamResult:
+def invoke_stream(client, endpoint: str, body: dict, *, on_text: Callable[[str], None] | None = None,
+                  component: str | None = None) -> StreamResult:
     """InvokeEndpointWithResponseStream; TTFT is the first generated text as boto3 hands it to the caller."""
     sent = time.perf_counter()
     meter = StreamMeter(sent, on_text)
     response = client.invoke_endpoint_with_response_stream(
-        EndpointName=endpoint, Body=json.dumps(streaming_body(body)).encode(), ContentType="application/json")
+        EndpointName=endpoint, Body=json.dumps(streaming_body(body)).encode(), ContentType="application/json",
+        **_component(component))
     for event in response["Body"]:
         if "PayloadPart" in event and meter.feed(event["PayloadPart"]["Bytes"]):
             break

@@ -46,26 +46,26 @@ class Report:
         return all(ok for _, ok, _ in self.checks)
 
 
-def endpoint_checks(client, endpoint: str, report: Report) -> None:
+def endpoint_checks(client, endpoint: str, report: Report, *, component: str | None = None) -> None:
     """The checks every target shares: whole, streamed, refused, answering again."""
     from botocore.exceptions import ClientError
 
-    whole: WholeResult = invoke(client, endpoint, REQUEST)
+    whole: WholeResult = invoke(client, endpoint, REQUEST, component=component)
     report.check("InvokeEndpoint answers", bool(whole.text) and whole.output_tokens > 0,
                  f"{whole.output_tokens} tokens in {whole.seconds * 1000:.0f} ms, variant {whole.variant}")
-    streamed = invoke_stream(client, endpoint, REQUEST)
+    streamed = invoke_stream(client, endpoint, REQUEST, component=component)
     report.check("InvokeEndpointWithResponseStream streams", bool(streamed.text) and streamed.events > 1,
                  f"TTFT {streamed.ttft_s * 1000:.0f} ms, {streamed.output_tokens} tokens, "
                  f"{streamed.decode_tokens_per_s:.1f} tok/s after the first, {streamed.events} text events")
     try:
-        invoke(client, endpoint, BAD_REQUEST)
+        invoke(client, endpoint, BAD_REQUEST, component=component)
         report.check("a wrongly typed request is refused", False, "it was answered")
     except ClientError as exc:
         error = exc.response.get("Error", {})
         status = exc.response.get("OriginalStatusCode")
         report.check("a wrongly typed request is refused", error.get("Code") == "ModelError" and status == 400,
                      f"{error.get('Code')}, container status {status}: {str(exc.response.get('OriginalMessage'))[:90]}")
-    again = invoke(client, endpoint, {**REQUEST, "max_tokens": 8})
+    again = invoke(client, endpoint, {**REQUEST, "max_tokens": 8}, component=component)
     report.check("the endpoint answers after it", again.output_tokens > 0)
 
 
@@ -76,7 +76,8 @@ def _answers(base: str) -> bool:
         return False
 
 
-def smoke_local(endpoint: str, *, base: str | None = None, request_lines=None) -> Report:
+def smoke_local(endpoint: str, *, component: str | None = None, base: str | None = None,
+                request_lines=None) -> Report:
     """``base``: a runtime already running (else the one on :8080, else one started here); ``request_lines``:
     how to read that runtime's request log, when known."""
     from harness.front_door import FrontDoor
@@ -98,11 +99,12 @@ def smoke_local(endpoint: str, *, base: str | None = None, request_lines=None) -
             stack.callback(runtime.stop)
             runtime.start().wait_ready(timeout_s=900)
             base = runtime.base
-        door = stack.enter_context(FrontDoor(backend=base, endpoint_name=endpoint))
-        print(f"SageMaker front door for {endpoint!r} on {door.url}; the boto3 client goes through it")
+        door = stack.enter_context(FrontDoor(backend=base, endpoint_name=endpoint, component_name=component))
+        print(f"SageMaker front door for {endpoint!r}{f' (component {component!r})' if component else ''} on "
+              f"{door.url}; the boto3 client goes through it")
         request_lines = request_lines or (runtime.request_lines if runtime else None)
         before = len(request_lines()) if request_lines else 0
-        endpoint_checks(runtime_client(endpoint_url=door.url), endpoint, report)
+        endpoint_checks(runtime_client(endpoint_url=door.url), endpoint, report, component=component)
         if request_lines is not None:
             lines = request_lines()[before:]
             report.check("a request line per answer in the runtime's log", len(lines) >= 3,
@@ -110,16 +112,18 @@ def smoke_local(endpoint: str, *, base: str | None = None, request_lines=None) -
     return report
 
 
-def smoke_aws(endpoint: str, *, region: str | None = None, log_wait_s: float = 180.0) -> Report:
+def smoke_aws(endpoint: str, *, component: str | None = None, region: str | None = None,
+              log_wait_s: float = 180.0) -> Report:
     import boto3
 
+    from peagle_constructs.sagemaker_names import COMPONENT_LOG_GROUP_PREFIX, ENDPOINT_LOG_GROUP_PREFIX
     from peagle_contract.request_log import EVENT_FIELD, EVENT_NAME
 
     report = Report()
     started_ms = int(time.time() * 1000)
-    endpoint_checks(runtime_client(region=region), endpoint, report)
+    endpoint_checks(runtime_client(region=region), endpoint, report, component=component)
     logs = boto3.client("logs", region_name=region)
-    group = f"/aws/sagemaker/Endpoints/{endpoint}"
+    group = (f"{COMPONENT_LOG_GROUP_PREFIX}{component}" if component else f"{ENDPOINT_LOG_GROUP_PREFIX}{endpoint}")
     deadline, found = time.time() + log_wait_s, 0
     while time.time() < deadline and found < 3:  # log delivery takes seconds to a minute
         events = logs.filter_log_events(logGroupName=group, startTime=started_ms,
@@ -128,7 +132,7 @@ def smoke_aws(endpoint: str, *, region: str | None = None, log_wait_s: float = 1
         if found < 3:
             time.sleep(10)
     report.check("the request lines reached the log group", found >= 3, f"{found} in {group}")
-    alarms = boto3.client("cloudwatch", region_name=region).describe_alarms(AlarmNamePrefix=f"{endpoint}-")
+    alarms = boto3.client("cloudwatch", region_name=region).describe_alarms(AlarmNamePrefix=f"{component or endpoint}-")
     firing = [a["AlarmName"] for kind in ("MetricAlarms", "CompositeAlarms") for a in alarms.get(kind, [])
               if a.get("StateValue") == "ALARM"]
     total = len(alarms.get("MetricAlarms", [])) + len(alarms.get("CompositeAlarms", []))
@@ -139,6 +143,7 @@ def smoke_aws(endpoint: str, *, region: str | None = None, log_wait_s: float = 1
 
 def main(argv: list[str] | None = None) -> int:
     from stacks.environments import ENVIRONMENTS
+    from stacks.serving_stack import WHEN_IDLE
 
     parser = argparse.ArgumentParser(prog="python -m harness.smoke", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="dev", help="the environment (dev, staging, prod)")
@@ -148,9 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     by_name = {env.name.lower(): env for env in ENVIRONMENTS}
     if args.env.lower() not in by_name:
         parser.error(f"--env: got {args.env!r}; allowed: {', '.join(by_name)}")
-    endpoint = by_name[args.env.lower()].endpoint_name
-    print(f"smoke test of {endpoint} ({args.target}) through boto3's sagemaker-runtime client")
-    report = smoke_local(endpoint) if args.target == "local" else smoke_aws(endpoint, region=args.region)
+    env = by_name[args.env.lower()]
+    endpoint, component = env.endpoint_name, env.component_name
+    print(f"smoke test of {endpoint}{f' / {component}' if component else ''} ({args.target}) through boto3's "
+          "sagemaker-runtime client")
+    if component and env.components.copy_scaling.min_copies == 0:
+        print(f"{env.name} scales to zero when idle: {WHEN_IDLE}")
+    report = (smoke_local(endpoint, component=component) if args.target == "local"
+              else smoke_aws(endpoint, component=component, region=args.region))
     failed = [name for name, ok, _ in report.checks if not ok]
     print("smoke test passed" if not failed else f"smoke test FAILED: {', '.join(failed)}")
     return 0 if report.ok else 1

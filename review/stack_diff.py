@@ -11,7 +11,8 @@ The verdict is computed here from the two templates (logical ids, types, propert
 CLI's text: the CLI output is for humans and changes format between versions.
 - Model and EndpointConfig replacements are expected (every serving change replaces them; the endpoint
   then moves to the new config with a blue/green update): pass.
-- Replacing or removing an Endpoint or an InferenceComponent means downtime: fail.
+- Replacing or removing an Endpoint or an InferenceComponent means downtime: fail. Updating a component
+  in place (a new model, a new K) rolls its copies batch by batch, rolled back by its alarms: pass.
 - Changing a production variant's instance type, or renaming the variant, while Application Auto
   Scaling has that variant registered makes SageMaker refuse the update: fail, with the two-step way.
 """
@@ -50,8 +51,9 @@ REPLACEMENT_PROPERTIES: dict[str, frozenset[str] | str] = {
     MODEL: "*",
     ENDPOINT_CONFIG: "*",
     ENDPOINT: frozenset({"EndpointName"}),
-    # Conservative: a component moved to another endpoint or renamed is a new component.
-    INFERENCE_COMPONENT: frozenset({"InferenceComponentName", "EndpointName"}),
+    # The registry schema lists none, but UpdateInferenceComponent (botocore's model) can change neither the
+    # name nor where the component runs: a component renamed or moved is a new component.
+    INFERENCE_COMPONENT: frozenset({"InferenceComponentName", "EndpointName", "EndpointArn", "VariantName"}),
     SCALABLE_TARGET: frozenset({"ResourceId", "ScalableDimension", "ServiceNamespace"}),
     "AWS::ApplicationAutoScaling::ScalingPolicy": frozenset(
         {"PolicyName", "ResourceId", "ScalableDimension", "ServiceNamespace", "ScalingTargetId"}),
@@ -340,6 +342,11 @@ def classify(base_template: dict | None, head_template: dict | None) -> list[Fin
         elif rtype == INFERENCE_COMPONENT and change in ("replaced", "removed"):
             verdict, advice = FAIL, ADVICE_COMPONENT
             why = f"the inference component would be {'replaced' if change == 'replaced' else 'deleted'}: {why}"
+        elif rtype == INFERENCE_COMPONENT and change == "updated":
+            rolling = ((new.get("Properties") or {}).get("DeploymentConfig") or {}).get("RollingUpdatePolicy")
+            if rolling:
+                verdict = PASS
+                why = f"updated in place, copy by copy (rolling update, no downtime): {why.removesuffix(' (in place)')}"
         findings.append(Finding(verdict, lid, rtype, change, why, advice, asset_only=asset_only))
 
     findings += _variant_findings(base, head)

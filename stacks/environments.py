@@ -20,9 +20,10 @@ from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_logs as logs
 
 from peagle_constructs import (
-    AlarmSubscriber, AlarmThresholds, AutoscalingOptions, ConfigError, DeploymentPolicy, DetailedObservability,
-    ServingConfig,
+    AlarmSubscriber, AlarmThresholds, AutoscalingOptions, ComputeRequirements, ConfigError, CopyScaling,
+    DeploymentPolicy, DetailedObservability, InstanceScaling, ServingConfig,
 )
+from peagle_constructs.autoscaling import check_floor_above_zero
 from peagle_constructs.endpoint import check_endpoint_name
 from peagle_constructs.presets import GPT_OSS_20B, ModelPreset
 
@@ -36,8 +37,25 @@ def _bundle(environment: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ComponentHosting:
+    """Serve the model as an inference component: the fleet scales its instances (to zero where allowed) and
+    the component its copies; an update rolls out copy by copy (``deployment``, a rolling policy)."""
+
+    instance_scaling: InstanceScaling = InstanceScaling()
+    copy_scaling: CopyScaling = CopyScaling()
+    copy_count: int = 1
+    compute: ComputeRequirements = ComputeRequirements()
+    deployment: DeploymentPolicy = DeploymentPolicy.rolling(copies=1, bake=Duration.minutes(10))
+
+
+@dataclass(frozen=True, kw_only=True)
 class EnvironmentConfig:
-    """One deployable environment: its Stage id, where it runs, and what it serves on what fleet."""
+    """One deployable environment: its Stage id, where it runs, and what it serves on what fleet.
+
+    The model is served by a single-model endpoint (``autoscaling`` and ``deployment`` are the variant's), or,
+    with ``components``, as an inference component on a fleet that scales itself (then those two are None).
+    ``allow_scale_to_zero``: whether the fleet and the copies may go to zero when idle.
+    """
 
     name: str
     serving: ServingConfig
@@ -45,8 +63,10 @@ class EnvironmentConfig:
     # The model family served (trained K, instances, memory); None: a model without a preset, unchecked.
     preset: ModelPreset | None = None
     instance_count: int
-    autoscaling: AutoscalingOptions
-    deployment: DeploymentPolicy
+    autoscaling: AutoscalingOptions | None = None
+    deployment: DeploymentPolicy | None = None
+    components: ComponentHosting | None = None
+    allow_scale_to_zero: bool = False
     alarms: AlarmThresholds = AlarmThresholds()
     # Who is told when an alarm changes state. A production environment must tell someone.
     alarm_subscribers: tuple[AlarmSubscriber, ...] = ()
@@ -74,14 +94,44 @@ class EnvironmentConfig:
                               "AlarmSubscriber.email(...), .https(...) or .topic(<SNS topic ARN>)")
         if self.preset is not None:
             self.preset.check(self.serving, instance_type=self.instance_type, where=self.name)
+        self._check_hosting()
         if self.weights_key_arn is not None and not _KMS_KEY_ARN.match(str(self.weights_key_arn)):
             raise ConfigError(f"{self.name}.weights_key_arn", f"got {self.weights_key_arn!r}; allowed: a KMS key ARN "
                               "'arn:aws:kms:<region>:<account>:key/<key id>'")
+
+    def _check_hosting(self) -> None:
+        if self.components is None:
+            for field_name in ("autoscaling", "deployment"):
+                if getattr(self, field_name) is None:
+                    raise ConfigError(f"{self.name}.{field_name}", "missing for a single-model endpoint; allowed: "
+                                      f"{'AutoscalingOptions(...)' if field_name == 'autoscaling' else 'a DeploymentPolicy'}"
+                                      ", or components=ComponentHosting(...) to serve an inference component")
+            return
+        if not isinstance(self.components, ComponentHosting):
+            raise ConfigError(f"{self.name}.components", f"got {self.components!r}; allowed: a ComponentHosting")
+        for field_name in ("autoscaling", "deployment"):
+            if getattr(self, field_name) is not None:
+                raise ConfigError(f"{self.name}.{field_name}", "not used with components (the fleet and the copies "
+                                  f"scale and roll out themselves); allowed: None, and components.{'copy_scaling' if field_name == 'autoscaling' else 'deployment'}")
+        if not self.allow_scale_to_zero:
+            check_floor_above_zero(self.components.instance_scaling.min_instances,
+                                   f"{self.name}.components.instance_scaling.min_instances")
+            check_floor_above_zero(self.components.copy_scaling.min_copies,
+                                   f"{self.name}.components.copy_scaling.min_copies")
 
     @property
     def endpoint_name(self) -> str:
         # Stable across deploys: the log group, alarms and clients are keyed by it.
         return f"peagle-{self.name.lower()}"
+
+    @property
+    def component_name(self) -> str | None:
+        """The inference component clients name in each request (``InferenceComponentName``); None: a
+        single-model endpoint."""
+        if self.components is None:
+            return None
+        model = re.sub(r"[^a-z0-9]+", "-", (self.serving.served_model_name or "model").lower()).strip("-")
+        return f"{self.endpoint_name}-{model}"[:63].rstrip("-")
 
 
 def check_unique_names(environments: Iterable[EnvironmentConfig]) -> None:
@@ -97,14 +147,20 @@ def check_unique_names(environments: Iterable[EnvironmentConfig]) -> None:
         seen[key] = index
 
 
+# Dev is idle most of the day: an inference component on a fleet that goes to no instance when unused. The
+# first request after a quiet spell fails fast and wakes it; serving resumes once a copy has loaded.
 DEV = EnvironmentConfig(
     name="Dev",
     preset=GPT_OSS_20B,
     serving=GPT_OSS_20B.serving(**_bundle("dev"), num_speculative_tokens=7, max_model_len=8192, max_num_seqs=32),
     instance_type="ml.g6e.xlarge",
     instance_count=1,
-    autoscaling=AutoscalingOptions(min_capacity=1, max_capacity=2),
-    deployment=DeploymentPolicy.all_at_once(bake=Duration.minutes(5)),
+    components=ComponentHosting(
+        instance_scaling=InstanceScaling(min_instances=0, max_instances=2),
+        copy_scaling=CopyScaling(min_copies=0, max_copies=2),
+        deployment=DeploymentPolicy.rolling(copies=1, bake=Duration.minutes(5)),
+    ),
+    allow_scale_to_zero=True,
     log_retention=logs.RetentionDays.ONE_YEAR,
     removal_policy=RemovalPolicy.DESTROY,
     tags={"environment": "dev"},

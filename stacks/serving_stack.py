@@ -6,7 +6,7 @@ from aws_cdk import CfnOutput, DefaultStackSynthesizer, Stack, Tags
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from peagle_constructs import ContainerImage, PEagleEndpoint
+from peagle_constructs import ContainerImage, PEagleComponentEndpoint, PEagleEndpoint, PEagleInferenceComponent
 
 from stacks.environments import EnvironmentConfig
 from stacks.release import IMAGE_TAG_PREFIX, VERSION
@@ -18,6 +18,11 @@ GIT_REVISION_CONTEXT = "gitRevision"
 
 STACK_ID = "PEagle"
 ENDPOINT_ID = "Serving"
+COMPONENT_ID = "Model"
+# What a user of a scale-to-zero environment meets, printed by `cdk deploy` with the outputs.
+WHEN_IDLE = ("no copy runs while idle: the first request fails at once (ValidationError: Inference Component has "
+             "no capacity to process this request) and wakes the endpoint; retry - a copy serves after about "
+             "10-15 minutes (an instance starts, the model loads)")
 
 
 class PEagleStack(Stack):
@@ -30,34 +35,49 @@ class PEagleStack(Stack):
             **kwargs,
         )
         self.config = config
-        self.endpoint = PEagleEndpoint(
-            self, ENDPOINT_ID,
+        model = dict(
             serving=config.serving,
             image=image,
-            instance_type=config.instance_type,
-            instance_count=config.instance_count,
-            endpoint_name=config.endpoint_name,
-            autoscaling=config.autoscaling,
-            deployment=config.deployment,
             monitoring=config.alarms,
             alarm_subscribers=config.alarm_subscribers,
-            detailed_observability=config.detailed_observability,
             weights_key=(kms.Key.from_key_arn(self, "WeightsKey", config.weights_key_arn)
                          if config.weights_key_arn else None),
             network_isolation=config.network_isolation,
-            encrypt_volume=config.encrypt_volume,
-            container_startup_health_check_timeout=config.container_startup_health_check_timeout,
-            model_data_download_timeout=config.model_data_download_timeout,
-            log_retention=config.log_retention,
-            removal_policy=config.removal_policy,
             preset=config.preset,
             # The release in the model's environment: a new release is a new model (as its image is). The git
             # revision is an output only: in the model it would replace the endpoint's model on every commit.
             environment={VERSION_VAR: VERSION},
         )
+        fleet = dict(
+            instance_type=config.instance_type,
+            instance_count=config.instance_count,
+            endpoint_name=config.endpoint_name,
+            detailed_observability=config.detailed_observability,
+            encrypt_volume=config.encrypt_volume,
+            container_startup_health_check_timeout=config.container_startup_health_check_timeout,
+            model_data_download_timeout=config.model_data_download_timeout,
+            log_retention=config.log_retention,
+            removal_policy=config.removal_policy,
+        )
+        self.component: PEagleInferenceComponent | None = None
+        if config.components is None:
+            self.endpoint = PEagleEndpoint(self, ENDPOINT_ID, autoscaling=config.autoscaling,
+                                           deployment=config.deployment, **fleet, **model)
+        else:
+            hosting = config.components
+            self.endpoint = PEagleComponentEndpoint(self, ENDPOINT_ID, instance_scaling=hosting.instance_scaling,
+                                                    allow_scale_to_zero=config.allow_scale_to_zero, **fleet)
+            self.component = self.endpoint.add_component(
+                COMPONENT_ID, component_name=config.component_name, copy_count=hosting.copy_count,
+                compute=hosting.compute, scaling=hosting.copy_scaling, deployment=hosting.deployment, **model)
         revision = self.node.try_get_context(GIT_REVISION_CONTEXT) or "unset"
         CfnOutput(self, "Version", value=VERSION, description="the release of this project that built the stack")
         CfnOutput(self, "GitRevision", value=str(revision), description="the commit the pipeline deployed")
         CfnOutput(self, "EndpointName", value=self.endpoint.endpoint_name, description="the SageMaker endpoint")
+        if self.component is not None:
+            CfnOutput(self, "InferenceComponentName", value=self.component.component_name,
+                      description="name it in every request (InferenceComponentName)")
+            if config.components.copy_scaling.min_copies == 0:
+                CfnOutput(self, "WhenIdle", value=WHEN_IDLE, description="the first request after a quiet spell")
         for key, value in config.tags.items():
             Tags.of(self).add(key, value)

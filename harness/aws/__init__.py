@@ -1,8 +1,10 @@
 """An embedded AWS for the daily loop: moto plus the CloudFormation types moto skips.
 
 ``register()`` makes moto's CloudFormation create and delete scalable targets, scaling policies, alarms,
-metric filters, SNS topic policies and subscriptions (cfn_types.py), and fixes four places where moto's own models
-break our stacks: GPU instance types, fixed SageMaker names, tagged KMS keys, managed-policy deletion
+metric filters, SNS topic policies and subscriptions (cfn_types.py); adds SageMaker inference components, which
+moto lacks: a store, their API actions and their CloudFormation type (inference_components.py, cfn_types.py);
+and fixes the places where moto's own models break our stacks: GPU instance types, fixed SageMaker names,
+tagged KMS keys, managed-policy deletion, endpoint configs without a model, copy-count autoscaling
 (fidelity.py); see NOTES.md. ``server`` runs ``moto_server`` on loopback with the extension loaded,
 for the real CDK CLI.
 """
@@ -16,6 +18,7 @@ EXTENDED_TYPES = (
     "AWS::Logs::MetricFilter",
     "AWS::SNS::TopicPolicy",
     "AWS::SNS::Subscription",
+    "AWS::SageMaker::InferenceComponent",
 )
 
 
@@ -23,9 +26,10 @@ def register() -> tuple[str, ...]:
     """Load the extension into moto in this process; return the types now handled. Safe to call twice."""
     from moto.cloudformation import parsing
 
-    from harness.aws import cfn_types, fidelity
+    from harness.aws import cfn_types, fidelity, inference_components
 
     fidelity.install()
+    inference_components.install()
 
     # moto caches its type map on first use (functools.lru_cache): a stack parsed before our classes were
     # defined would keep the old map, so drop the caches after defining them.

@@ -4,6 +4,8 @@ moto 5.2.5 knows these services (Application Auto Scaling, CloudWatch alarms, Cl
 filters) but has no CloudFormation model for them: a stack holding them reports CREATE_COMPLETE while the
 resources never exist. Each class below turns the template's properties into the same backend call the
 service API would make, so `describe_*` sees what the stack created and stack deletion removes it.
+SageMaker inference components, which moto lacks altogether, are backed by our own store
+(inference_components.py), which also answers the service API for them.
 
 Why the classes look the way they do (see NOTES.md):
 - moto finds types through ``CloudFormationModel.__subclasses__()``: only DIRECT subclasses count, so
@@ -23,6 +25,8 @@ from moto.cloudwatch.models import Dimension, Metric, MetricDataQuery, MetricSta
 from moto.core.common_models import CloudFormationModel
 from moto.logs.models import logs_backends
 from moto.sns.models import sns_backends
+
+from harness.aws.inference_components import inference_component_backends, name_from_arn
 
 
 def _props(cloudformation_json: dict[str, Any]) -> dict[str, Any]:
@@ -417,5 +421,58 @@ class TopicSubscription(_ExtensionType, CloudFormationModel):
             backend.unsubscribe(self.arn)
 
 
+class InferenceComponent(_ExtensionType, CloudFormationModel):
+    """AWS::SageMaker::InferenceComponent -> CreateInferenceComponent on our store (moto has none).
+
+    The store refuses what the service refuses (unknown endpoint, variant or model, a variant serving a
+    model): the stack fails with that message. Ref is the ARN, the type's primary identifier.
+    """
+
+    CFN_TYPE = "AWS::SageMaker::InferenceComponent"
+    NAME_PROPERTY = "InferenceComponentName"
+    GETATT = {"InferenceComponentArn": "arn", "InferenceComponentName": "name", "InferenceComponentStatus": "status",
+              "EndpointArn": "endpoint_arn", "CreationTime": "creation_time", "LastModifiedTime": "last_modified_time",
+              "FailureReason": "failure_reason"}
+    REF = "arn"
+
+    def __init__(self, *, name: str, arn: str, endpoint_arn: str, status: str, creation_time: str,
+                 last_modified_time: str) -> None:
+        self.name = name
+        self.arn = arn
+        self.endpoint_arn = endpoint_arn
+        self.status = status
+        self.creation_time = creation_time
+        self.last_modified_time = last_modified_time
+        self.failure_reason = ""  # only a failed component has one, and a failed one fails the stack here
+
+    @classmethod
+    def create_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str, **kwargs: Any
+    ) -> "InferenceComponent":
+        p = _props(cloudformation_json)
+        if not p.get("EndpointName"):
+            raise ValueError(f"InferenceComponent {resource_name}: EndpointName is required")
+        component = inference_component_backends[account_id][region_name].create(
+            name=resource_name, endpoint_name=p["EndpointName"], variant_name=p.get("VariantName"),
+            specification=p.get("Specification"), specifications=p.get("Specifications"),
+            runtime_config=p.get("RuntimeConfig"), deployment_config=p.get("DeploymentConfig"), tags=p.get("Tags"))
+        return cls(name=component.name, arn=component.arn, endpoint_arn=component.endpoint_arn, status=component.status,
+                   creation_time=component.creation_time.isoformat(),
+                   last_modified_time=component.last_modified_time.isoformat())
+
+    @classmethod
+    def delete_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
+    ) -> None:
+        store = inference_component_backends[account_id][region_name]
+        if name_from_arn(resource_name) in store.components:  # resource_name is the physical id: the ARN
+            store.delete(name_from_arn(resource_name))
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        store = inference_component_backends[account_id][region_name]
+        if self.name in store.components:
+            store.delete(self.name)
+
+
 EXTENSION_TYPES: tuple[type[CloudFormationModel], ...] = (
-    ScalableTarget, ScalingPolicy, MetricAlarm, LogMetricFilter, TopicPolicy, TopicSubscription)
+    ScalableTarget, ScalingPolicy, MetricAlarm, LogMetricFilter, TopicPolicy, TopicSubscription, InferenceComponent)

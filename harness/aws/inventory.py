@@ -1,6 +1,6 @@
 """What a stack's template says should exist, and what the account really holds: the deploy check.
 
-The check asks each service's own API (SageMaker, Application Auto Scaling, CloudWatch, CloudWatch Logs)
+The check asks each service's own API (SageMaker, Application Auto Scaling, CloudWatch, CloudWatch Logs, SNS)
 rather than trusting CloudFormation's CREATE_COMPLETE: moto reports that status for resource types it
 silently skipped, and that is exactly the failure this table is meant to show.
 """
@@ -17,6 +17,7 @@ CHECKED_TYPES: tuple[tuple[str, str], ...] = (
     ("model", "AWS::SageMaker::Model"),
     ("endpoint config", "AWS::SageMaker::EndpointConfig"),
     ("endpoint InService", "AWS::SageMaker::Endpoint"),
+    ("inference component", "AWS::SageMaker::InferenceComponent"),
     ("scalable target", "AWS::ApplicationAutoScaling::ScalableTarget"),
     ("scaling policy", "AWS::ApplicationAutoScaling::ScalingPolicy"),
     ("alarm", "AWS::CloudWatch::Alarm"),
@@ -79,7 +80,8 @@ def _missing(error: Exception) -> bool:
 
 
 def _exists(session: Any, resource: Resource, *, in_service: bool = True) -> bool:
-    """True when the service itself holds the resource (and, with ``in_service``, an endpoint is InService)."""
+    """True when the service itself holds the resource (and, with ``in_service``, an endpoint or inference
+    component is InService)."""
     t, pid = resource.type, resource.physical_id
     try:
         if t == "AWS::SageMaker::Model":
@@ -91,6 +93,9 @@ def _exists(session: Any, resource: Resource, *, in_service: bool = True) -> boo
         if t == "AWS::SageMaker::Endpoint":
             desc = session.client("sagemaker").describe_endpoint(EndpointName=_name_from_arn(pid))
             return desc["EndpointStatus"] == "InService" or not in_service
+        if t == "AWS::SageMaker::InferenceComponent":  # the physical id is the component's ARN
+            desc = session.client("sagemaker").describe_inference_component(InferenceComponentName=_name_from_arn(pid))
+            return desc["InferenceComponentStatus"] == "InService" or not in_service
         if t == "AWS::ApplicationAutoScaling::ScalableTarget":
             resource_id, dimension, namespace = pid.split("|")
             found = session.client("application-autoscaling").describe_scalable_targets(

@@ -26,6 +26,8 @@ def _everything(session: boto3.Session) -> dict[str, list[str]]:
         "models": [m["ModelName"] for m in sm.list_models()["Models"]],
         "endpoint configs": [c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]],
         "endpoints": [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]],
+        "inference components": [c["InferenceComponentName"]
+                                 for c in sm.list_inference_components()["InferenceComponents"]],
         "scalable targets": [t["ResourceId"] for t in aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]],
         "scaling policies": [p["PolicyName"] for p in aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]],
         "alarms": [a["AlarmName"] for a in session.client("cloudwatch").describe_alarms()["MetricAlarms"]],
@@ -35,6 +37,32 @@ def _everything(session: boto3.Session) -> dict[str, list[str]]:
         "topics": [t["TopicArn"] for t in session.client("sns").list_topics()["Topics"]],
         "subscriptions": [s["SubscriptionArn"] for s in session.client("sns").list_subscriptions()["Subscriptions"]],
     }
+
+
+def _assert_components_scale_from_zero(session: boto3.Session, env) -> None:  # noqa: ANN001 - EnvironmentConfig
+    """The component is in service with its copies, its scaling goes to the environment's floor, and a step
+    policy wakes it, triggered by the no-capacity alarm (all as the services report them)."""
+    sm, aas = session.client("sagemaker"), session.client("application-autoscaling")
+    component = sm.describe_inference_component(InferenceComponentName=env.component_name)
+    assert component["InferenceComponentStatus"] == "InService" and component["EndpointName"] == env.endpoint_name
+    assert component["RuntimeConfig"]["DesiredCopyCount"] == env.components.copy_count
+    config = sm.describe_endpoint_config(EndpointConfigName=sm.describe_endpoint(
+        EndpointName=env.endpoint_name)["EndpointConfigName"])
+    assert config["ProductionVariants"][0]["ManagedInstanceScaling"]["MinInstanceCount"] == \
+        env.components.instance_scaling.min_instances
+    (target,) = aas.describe_scalable_targets(ServiceNamespace="sagemaker",
+                                              ResourceIds=[f"inference-component/{env.component_name}"])["ScalableTargets"]
+    assert target["MinCapacity"] == env.components.copy_scaling.min_copies
+    policies = aas.describe_scaling_policies(ServiceNamespace="sagemaker",
+                                             ResourceId=f"inference-component/{env.component_name}")["ScalingPolicies"]
+    kinds = {p["PolicyType"]: p for p in policies}
+    if env.components.copy_scaling.min_copies == 0:
+        step = kinds["StepScaling"]
+        alarms = session.client("cloudwatch").describe_alarms(AlarmNamePrefix=env.component_name)["MetricAlarms"]
+        (wake,) = [a for a in alarms if a.get("MetricName") == "NoCapacityInvocationFailures"]
+        assert step["PolicyARN"] in wake["AlarmActions"]
+        assert (wake["ComparisonOperator"], wake["Threshold"]) == ("GreaterThanOrEqualToThreshold", 1.0)
+    assert "TargetTrackingScaling" in kinds
 
 
 @pytest.mark.slow
@@ -67,13 +95,18 @@ def test_stage_creates_every_resource_and_deletes_all(stage: str, stage_stacks, 
                           "metric filter", "log group"):
                 assert counts[label] >= 1, f"{stage}: the template declares no {label}\n{table}"
             assert counts["alarm"] >= 2, f"{stage}: expected TTFT and error alarms at least\n{table}"
-            subscribers = next(env for env in ENVIRONMENTS if env.name == stage).alarm_subscribers
-            assert counts["alarm subscription"] == sum(s.kind != "topic" for s in subscribers), table
+            env = next(env for env in ENVIRONMENTS if env.name == stage)
+            assert counts["alarm subscription"] == sum(s.kind != "topic" for s in env.alarm_subscribers), table
+            assert counts["inference component"] == (env.components is not None), table
 
-            # The autoscaling target names the endpoint CloudFormation created, by its real name.
-            endpoint_names = set(_everything(session)["endpoints"])
-            targets = _everything(session)["scalable targets"]
-            assert targets and all(t.split("/")[1] in endpoint_names for t in targets), (targets, endpoint_names)
+            # The autoscaling target names what CloudFormation created, by its real name: the endpoint's
+            # variant, or the inference component.
+            held = _everything(session)
+            targets = held["scalable targets"]
+            scaled = held["inference components"] if env.components else held["endpoints"]
+            assert targets and all(t.split("/")[1] in scaled for t in targets), (targets, scaled)
+            if env.components is not None:
+                _assert_components_scale_from_zero(session, env)
 
             cfn.delete_stack(StackName=stack.stack_name)
             left = inventory.after_delete(session, resources)

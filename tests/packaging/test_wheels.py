@@ -111,7 +111,8 @@ def test_the_construct_readme_example_synthesizes_with_the_nag_packs(cdk_venv):
     resources = json.loads(template_file.read_text())["Resources"]
     types = {r["Type"] for r in resources.values()}
     assert {"AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Endpoint",
-            "AWS::ApplicationAutoScaling::ScalableTarget", "AWS::CloudWatch::Alarm"} <= types
+            "AWS::SageMaker::InferenceComponent", "AWS::ApplicationAutoScaling::ScalableTarget",
+            "AWS::ApplicationAutoScaling::ScalingPolicy", "AWS::CloudWatch::Alarm"} <= types
     report = json.loads((out / "validation-report.json").read_text()) if (out / "validation-report.json").exists() \
         else {"pluginReports": []}
     assert all(not plugin.get("violations") for plugin in report["pluginReports"]), report

@@ -1,7 +1,8 @@
-"""The stack diff's classification on the real stacks (stacks/, the Dev environment), one change at a time:
-K, the instance type, the endpoint's name, the weights bundle, an alarm threshold. And the pull-request
-comment rendered from those reviews: destructive changes first, counts, folding, GitHub's size limit,
-the failure rule and its acknowledgement. Only the GitHub API call itself is not exercised here."""
+"""The stack diff's classification on the real stacks (stacks/), one change at a time: on Staging (a
+single-model endpoint) K, the instance type, the endpoint's name, the weights bundle, an alarm threshold;
+on Dev (an inference component) K and the component's name. And the pull-request comment rendered from
+those reviews: destructive changes first, counts, folding, GitHub's size limit, the failure rule and its
+acknowledgement. Only the GitHub API call itself is not exercised here."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from aws_cdk import App
 from aws_cdk.assertions import Template
 
 from review import pr_comment, stack_diff
-from review.stack_diff import ENDPOINT, ENDPOINT_CONFIG, FAIL, MODEL, PASS, StackReview
+from review.stack_diff import ENDPOINT, ENDPOINT_CONFIG, FAIL, INFERENCE_COMPONENT, MODEL, PASS, StackReview
 from stacks.application import OFFLINE, build_app
-from stacks.environments import DEV, EnvironmentConfig
+from stacks.environments import DEV, STAGING, EnvironmentConfig
 from peagle_constructs import AlarmThresholds
 
 
@@ -32,30 +33,49 @@ def _template(env: EnvironmentConfig, outdir: Path | None = None) -> dict:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Renamed(EnvironmentConfig):
-    """Dev with another endpoint name (the name is derived from the environment's, which names the Stage)."""
+    """Another endpoint and component name (both derive from the environment's, which names the Stage)."""
 
     @property
     def endpoint_name(self) -> str:
-        return "peagle-dev-blue"
+        return f"peagle-{self.name.lower()}-blue"
+
+    @property
+    def component_name(self) -> str | None:
+        return None if self.components is None else "peagle-dev-gpt-oss-20b-blue"
 
 
-def _renamed(env: EnvironmentConfig) -> EnvironmentConfig:
-    return _Renamed(**{f.name: getattr(env, f.name) for f in dataclasses.fields(env)})
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _ComponentRenamed(EnvironmentConfig):
+    @property
+    def component_name(self) -> str | None:
+        return "peagle-dev-gpt-oss-20b-blue"
+
+
+def _renamed(env: EnvironmentConfig, kind: type = _Renamed) -> EnvironmentConfig:
+    return kind(**{f.name: getattr(env, f.name) for f in dataclasses.fields(env)})
+
+
+SINGLE = STAGING  # an environment served by a single-model endpoint
 
 
 @pytest.fixture(scope="module")
 def base() -> dict:
-    return _template(DEV)
+    return _template(SINGLE)
 
 
 CHANGES = {
-    "k": lambda: replace(DEV, serving=replace(DEV.serving, num_speculative_tokens=5)),
-    "instance-type": lambda: replace(DEV, instance_type="ml.g6e.2xlarge"),
-    "endpoint-name": lambda: _renamed(DEV),
-    "weights-bundle": lambda: replace(DEV, serving=replace(
-        DEV.serving, target_model="s3://peagle-weights-dev/bundles/gpt-oss-20b-v2/target/",
-        drafter_model="s3://peagle-weights-dev/bundles/gpt-oss-20b-v2/drafter/", bundle_manifest_sha256="c0" * 32)),
-    "alarm-threshold": lambda: replace(DEV, alarms=AlarmThresholds(ttft_p90_ms=1500.0)),
+    "k": lambda: replace(SINGLE, serving=replace(SINGLE.serving, num_speculative_tokens=5)),
+    "instance-type": lambda: replace(SINGLE, instance_type="ml.g6e.4xlarge"),
+    "endpoint-name": lambda: _renamed(SINGLE),
+    "weights-bundle": lambda: replace(SINGLE, serving=replace(
+        SINGLE.serving, target_model="s3://peagle-weights-staging/bundles/gpt-oss-20b-v2/target/",
+        drafter_model="s3://peagle-weights-staging/bundles/gpt-oss-20b-v2/drafter/", bundle_manifest_sha256="c0" * 32)),
+    "alarm-threshold": lambda: replace(SINGLE, alarms=AlarmThresholds(ttft_p90_ms=1500.0)),
+}
+# Dev serves an inference component: changes measured against Dev's own template.
+COMPONENT_CHANGES = {
+    "component-k": lambda: replace(DEV, serving=replace(DEV.serving, num_speculative_tokens=5)),
+    "component-name": lambda: _renamed(DEV, _ComponentRenamed),
 }
 
 
@@ -64,6 +84,10 @@ def reviews(base) -> dict[str, StackReview]:
     out = {}
     for name, change in CHANGES.items():
         findings = stack_diff.classify(base, _template(change()))
+        out[name] = StackReview(display_name="Staging/PEagle", stack_name="Staging-PEagle", findings=findings)
+    dev = _template(DEV)
+    for name, change in COMPONENT_CHANGES.items():
+        findings = stack_diff.classify(dev, _template(change()))
         out[name] = StackReview(display_name="Dev/PEagle", stack_name="Dev-PEagle", findings=findings)
     return out
 
@@ -78,6 +102,23 @@ def test_a_new_k_replaces_model_and_config_and_updates_the_endpoint_in_place(rev
     assert {f.change for f in _by_type(r, MODEL)} == {"replaced"} and {f.change for f in _by_type(r, ENDPOINT_CONFIG)} == {"replaced"}
     (endpoint,) = _by_type(r, ENDPOINT)
     assert endpoint.change == "updated" and endpoint.verdict == PASS and "blue/green" in endpoint.why
+
+
+def test_a_new_k_on_a_component_replaces_its_model_and_rolls_the_component_copy_by_copy(reviews):
+    r = reviews["component-k"]
+    assert r.verdict == PASS
+    assert {f.change for f in _by_type(r, MODEL)} == {"replaced"}
+    (component,) = _by_type(r, INFERENCE_COMPONENT)
+    assert component.change == "updated" and component.verdict == PASS and "copy by copy" in component.why
+    assert not _by_type(r, ENDPOINT) and not _by_type(r, ENDPOINT_CONFIG)  # the fleet is untouched
+
+
+def test_a_renamed_component_is_a_replacement_that_fails(reviews):
+    r = reviews["component-name"]
+    assert r.verdict == FAIL
+    (component,) = _by_type(r, INFERENCE_COMPONENT)
+    assert component.change == "replaced" and component.verdict == FAIL and "InferenceComponentName" in component.why
+    assert component.advice
 
 
 def test_an_instance_type_change_under_autoscaling_fails_with_the_two_step_way(reviews):
@@ -119,7 +160,7 @@ def test_the_security_diff_is_the_cdk_clis_own(base, tmp_path):
     _template(CHANGES["weights-bundle"](), head_dir)
     base_file = tmp_path / "base.template.json"
     base_file.write_text(json.dumps(base))
-    text = stack_diff.security_diff(Path.cwd(), head_dir, base_file, "Dev/PEagle")
+    text = stack_diff.security_diff(Path.cwd(), head_dir, base_file, "Staging/PEagle")
     assert text.startswith("IAM") and "gpt-oss-20b-v2" in text and "s3:GetObject" in text
 
 

@@ -153,3 +153,35 @@ def test_removed_inference_component_fails() -> None:
     (component,) = [f for f in stack_diff.classify(base, _template("ml.g6.2xlarge", scaled=False))
                     if f.logical_id == "Component"]
     assert component.verdict == stack_diff.FAIL and "model copies" in component.advice
+
+
+def _registry_schema(type_name: str) -> dict:
+    """CloudFormation's resource schema as cfn-lint ships it (AWS's registry, not ours)."""
+    import cfnlint
+
+    schemas = Path(cfnlint.__file__).parent / "data" / "schemas"
+    index = json.loads((schemas / "providers" / "us-east-1.json").read_text())
+    return json.loads((schemas / "resources" / f"{index[type_name]}.json").read_text())
+
+
+@pytest.mark.parametrize("type_name", sorted(stack_diff.REPLACEMENT_PROPERTIES))
+def test_replacement_properties_are_cloudformations_create_only_properties(type_name):
+    schema = _registry_schema(type_name)
+    create_only = {p.split("/")[2] for p in schema.get("createOnlyProperties", []) if p.count("/") == 2}
+    ours = stack_diff.REPLACEMENT_PROPERTIES[type_name]
+    if not create_only and type_name != stack_diff.INFERENCE_COMPONENT:
+        pytest.skip(f"the registry schema of {type_name} lists no create-only property (its handler replaces); "
+                    "the list follows the resource reference's 'Update requires: Replacement'")
+    if ours == "*":  # every property but tags, as the schema says for each writable property
+        writable = set(schema["properties"]) - {p.split("/")[2] for p in schema.get("readOnlyProperties", [])}
+        assert writable - {"Tags"} <= create_only | {"Tags"}, sorted(writable - create_only)
+    elif type_name == stack_diff.INFERENCE_COMPONENT:
+        # The schema names none; the API judges instead: none of these can be changed by an update.
+        import botocore.session
+
+        update = botocore.session.get_session().get_service_model("sagemaker").shape_for("UpdateInferenceComponentInput")
+        # (InferenceComponentName is in the update only to say which component: it names, it does not change.)
+        assert not create_only and not (set(ours) - {"InferenceComponentName"}) & set(update.members)
+        assert set(ours) <= set(schema["properties"])
+    else:
+        assert set(ours) == create_only, (sorted(ours), sorted(create_only))

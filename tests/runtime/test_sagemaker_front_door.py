@@ -42,6 +42,22 @@ def test_an_unknown_endpoint_is_sagemakers_validation_error(door):
     assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
 
 
+def test_an_endpoint_of_inference_components_is_invoked_naming_one(server):
+    """boto3 sends InferenceComponentName as its header; the front door of a components endpoint wants it."""
+    component = "peagle-dev-gpt-oss-20b"
+    with FrontDoor(backend=server.base, endpoint_name=ENDPOINT, component_name=component) as front:
+        client = runtime_client(endpoint_url=front.url)
+        body = {"prompt": "Once upon a time", "max_tokens": 4, "ignore_eos": True, "temperature": 0}
+        assert invoke(client, ENDPOINT, body, component=component).output_tokens == 4
+        assert invoke_stream(client, ENDPOINT, body, component=component).output_tokens == 4
+        for named in (None, "another-component"):
+            with pytest.raises(ClientError) as caught:
+                invoke(client, ENDPOINT, body, component=named)
+            assert caught.value.response["Error"]["Code"] == "ValidationError"
+        report = smoke.smoke_local(ENDPOINT, component=component, base=server.base, request_lines=server.request_lines)
+        assert report.ok, report.checks
+
+
 def test_the_event_encoding_is_what_botocore_decodes():
     """Negative control for the framing: botocore's own decoder reads our message and rejects a corrupted one."""
     from botocore.eventstream import ChecksumMismatch, EventStreamBuffer

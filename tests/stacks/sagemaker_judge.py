@@ -3,7 +3,8 @@
 The judge is AWS's own API description (the shapes boto3 validates requests with): enums, numeric
 ranges, string lengths and patterns, list lengths and required members. CloudFormation passes a
 resource's properties to the API under the same names, so each resource is read as its Create request
-(the Endpoint also as its Update request: DeploymentConfig and RetainAllVariantProperties live there).
+(the Endpoint and the InferenceComponent also as their Update request: DeploymentConfig, and the
+endpoint's RetainAllVariantProperties, live there).
 Values CloudFormation resolves at deploy time (Ref, Fn::*) are skipped; everything literal is checked.
 """
 
@@ -17,7 +18,7 @@ REQUESTS = {
     "AWS::SageMaker::Model": ("CreateModelInput",),
     "AWS::SageMaker::EndpointConfig": ("CreateEndpointConfigInput",),
     "AWS::SageMaker::Endpoint": ("CreateEndpointInput", "UpdateEndpointInput"),
-    "AWS::SageMaker::InferenceComponent": ("CreateInferenceComponentInput",),
+    "AWS::SageMaker::InferenceComponent": ("CreateInferenceComponentInput", "UpdateInferenceComponentInput"),
 }
 # CloudFormation-only properties with no API member of that name.
 CFN_ONLY = {"AWS::SageMaker::Endpoint": {"ExcludeRetainedVariantProperties"}}

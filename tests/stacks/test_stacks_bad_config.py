@@ -8,10 +8,11 @@ import pytest
 from aws_cdk import App, Duration
 
 from peagle_constructs import (
-    AlarmThresholds, AutoscalingOptions, DeploymentPolicy, DetailedObservability, ServingConfigError,
+    AlarmThresholds, AutoscalingOptions, ComputeRequirements, CopyScaling, DeploymentPolicy, DetailedObservability,
+    InstanceScaling, ServingConfigError,
 )
 from stacks.application import OFFLINE, build_app
-from stacks.environments import DEV, PROD, STAGING
+from stacks.environments import DEV, PROD, STAGING, ComponentHosting
 
 
 def serving(**changes):
@@ -22,12 +23,20 @@ def dev(**changes):
     return lambda: [replace(DEV, **changes)]
 
 
+def staging(**changes):
+    return lambda: [replace(STAGING, **changes)]
+
+
+def components(**changes):
+    return lambda: [replace(DEV, components=replace(DEV.components, **changes))]
+
+
 # (case, environments to build, field named first in the message, text naming what is allowed)
 CASES = [
     ("k-too-large", serving(num_speculative_tokens=33), "num_speculative_tokens", "1..32"),
     ("k-zero", serving(num_speculative_tokens=0), "num_speculative_tokens", "1..32"),
     ("parallel-drafting-off", serving(parallel_drafting=False), "parallel_drafting", "must be true"),
-    ("min-above-max", dev(autoscaling=AutoscalingOptions(min_capacity=3, max_capacity=2)),
+    ("min-above-max", staging(autoscaling=AutoscalingOptions(min_capacity=3, max_capacity=2)),
      "autoscaling.min_capacity", "min_capacity <= max_capacity"),
     ("startup-timeout-short", dev(container_startup_health_check_timeout=Duration.seconds(30)),
      "container_startup_health_check_timeout", "60..3600"),
@@ -35,7 +44,8 @@ CASES = [
      "model_data_download_timeout", "60..3600"),
     ("canary-larger-than-fleet", lambda: [replace(PROD, deployment=DeploymentPolicy.canary(instances=4))],
      "deployment.instances", "1..2"),
-    ("canary-on-single-instance", dev(deployment=DeploymentPolicy.canary(instances=1)),
+    ("canary-on-single-instance", staging(instance_count=1, deployment=DeploymentPolicy.canary(instances=1),
+                                          autoscaling=AutoscalingOptions(min_capacity=1, max_capacity=4)),
      "deployment.instances", "all_at_once"),
     ("linear-percent-too-large", lambda: [replace(STAGING, deployment=DeploymentPolicy.linear(percent=80))],
      "deployment.percent", "10..50"),
@@ -50,6 +60,8 @@ CASES = [
     ("tensor-parallel-above-gpus", serving(tensor_parallel_size=2), "Dev.tensor_parallel_size", "uses 1"),
     ("tensor-parallel-above-gpus-without-preset", lambda: [replace(DEV, preset=None, serving=replace(
         DEV.serving, tensor_parallel_size=2))], "serving.tensor_parallel_size", "at most"),
+    ("tensor-parallel-above-gpus-single-model", lambda: [replace(STAGING, preset=None, serving=replace(
+        STAGING.serving, tensor_parallel_size=2))], "serving.tensor_parallel_size", "at most"),
     # The preset's checks: the head's trained K, the instances it fits, the memory arithmetic.
     ("k-above-the-heads-trained-k", serving(num_speculative_tokens=11), "Dev.num_speculative_tokens",
      "trained for K up to 10; allowed: 1..10"),
@@ -57,7 +69,30 @@ CASES = [
      "allowed for GPT-OSS-20B"),
     ("kv-cache-does-not-fit", serving(max_num_seqs=512), "Dev.max_num_seqs", "does not fit ml.g6e.xlarge"),
     ("context-beyond-the-model", serving(max_model_len=262144), "Dev.max_model_len", "at most 131072"),
-    ("fleet-outside-scaling-range", dev(instance_count=3), "instance_count", "min_capacity..max_capacity"),
+    ("fleet-outside-scaling-range", staging(instance_count=5), "instance_count", "min_capacity..max_capacity"),
+    # Inference components (Dev): the fleet, the copies, the reservation, the floors.
+    ("fleet-outside-instance-scaling", dev(instance_count=3), "instance_count", "instance_scaling's bounds"),
+    ("instance-min-above-max", components(instance_scaling=InstanceScaling(min_instances=3, max_instances=2)),
+     "instance_scaling.min_instances", "min_instances <= max_instances"),
+    ("copies-above-the-fleets-accelerators", components(copy_scaling=CopyScaling(min_copies=0, max_copies=3)),
+     "scaling.max_copies", "at most 2"),
+    ("initial-copies-above-the-fleet", components(copy_count=3), "copy_count", "0..2"),
+    ("copy-min-above-max", components(copy_scaling=CopyScaling(min_copies=2, max_copies=1)),
+     "scaling.min_copies", "min_copies <= max_copies"),
+    ("reservation-the-instance-cannot-hold", components(compute=ComputeRequirements(memory_mib=64 * 1024)),
+     "compute.memory_mib", "128..32768"),
+    ("more-cores-than-the-instance", components(compute=ComputeRequirements(cpu_cores=6)),
+     "compute.cpu_cores", "0.25..4"),
+    ("blue-green-for-a-component", components(deployment=DeploymentPolicy.canary(percent=10)),
+     "deployment.mode", "rolling"),
+    ("endpoint-autoscaling-with-components", dev(autoscaling=AutoscalingOptions()), "Dev.autoscaling",
+     "not used with components"),
+    ("zero-floor-where-forbidden", lambda: [replace(DEV, allow_scale_to_zero=False)],
+     "Dev.components.instance_scaling.min_instances", "floor above zero"),
+    ("zero-copies-where-forbidden", lambda: [replace(STAGING, autoscaling=None, deployment=None, components=ComponentHosting(
+        instance_scaling=InstanceScaling(min_instances=1, max_instances=4), copy_scaling=CopyScaling(min_copies=0)))],
+     "Staging.components.copy_scaling.min_copies", "floor above zero"),
+    ("single-model-without-autoscaling", staging(autoscaling=None), "Staging.autoscaling", "AutoscalingOptions"),
     ("duplicate-environment-name", lambda: [DEV, STAGING, replace(PROD, name="Dev")],
      "environments[2].name", "not used by another environment"),
     ("environment-name-case-clash", lambda: [DEV, replace(STAGING, name="dev")],

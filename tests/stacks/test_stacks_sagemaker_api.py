@@ -6,6 +6,8 @@ import copy
 
 import pytest
 
+from peagle_constructs.components import MIN_CPU_CORES, MIN_MEMORY_MIB
+from peagle_constructs.deployment import EXECUTION_TIMEOUT_MAX_S, EXECUTION_TIMEOUT_MIN_S, WAIT_MAX_S
 from peagle_constructs.endpoint_config import INFERENCE_AMI_VERSIONS, ROUTING_STRATEGIES, TIMEOUT_MAX_S, TIMEOUT_MIN_S
 from peagle_constructs.instance_types import GPU_FAMILIES
 from tests.stacks.sagemaker_judge import check_template, service_model
@@ -21,6 +23,10 @@ def _variant(template: dict) -> dict:
     return only(template, "AWS::SageMaker::EndpointConfig")[1]["Properties"]["ProductionVariants"][0]
 
 
+def _component(template: dict) -> dict:
+    return only(template, "AWS::SageMaker::InferenceComponent")[1]["Properties"]
+
+
 def _environment(template: dict) -> dict:
     return only(template, "AWS::SageMaker::Model")[1]["Properties"]["PrimaryContainer"]["Environment"]
 
@@ -34,6 +40,15 @@ def _environment(template: dict) -> dict:
     (lambda t: _environment(t).update(SM_VLLM_CHAT_TEMPLATE="x" * 1025), "1025 characters; allowed 0..1024"),
     (lambda t: _variant(t).update(RoutingConfig={"RoutingStrategy": "ROUND_ROBIN"}), "RoutingStrategy"),
     (lambda t: _variant(t).pop("VariantName"), "VariantName: required"),
+    # The inference component (Dev), read as its Create and Update requests.
+    (lambda t: _component(t)["Specification"]["StartupParameters"].update(ModelDataDownloadTimeoutInSeconds=7200),
+     "7200 is outside 60..3600"),
+    (lambda t: _component(t)["Specification"]["ComputeResourceRequirements"].update(MinMemoryRequiredInMb=64),
+     "64 is outside 128.."),
+    (lambda t: _component(t)["DeploymentConfig"]["RollingUpdatePolicy"]["MaximumBatchSize"].update(Type="COPIES"),
+     "'COPIES' is not in InferenceComponentCapacitySizeType"),
+    (lambda t: _component(t)["RuntimeConfig"].update(CopyCount=-1), "-1 is outside 0.."),
+    (lambda t: _component(t).update(InferenceComponentName="peagle_dev"), "InferenceComponentName's pattern"),
 ])
 def test_the_judge_catches_what_the_api_would_refuse(templates, break_it, expected):
     """Negative controls: each is a change CloudFormation would send and the SageMaker API would refuse."""
@@ -54,3 +69,14 @@ def test_the_construct_catalogue_is_the_apis():
                   "ProductionVariantModelDataDownloadTimeoutInSeconds"):
         meta = model.shape_for(shape).metadata
         assert (meta["min"], meta["max"]) == (TIMEOUT_MIN_S, TIMEOUT_MAX_S), shape
+    # What a component may reserve, and the bounds of its rolling update and of managed instance scaling.
+    compute = model.shape_for("InferenceComponentComputeResourceRequirements").members
+    assert (compute["MinMemoryRequiredInMb"].metadata["min"], compute["NumberOfCpuCoresRequired"].metadata["min"],
+            compute["NumberOfAcceleratorDevicesRequired"].metadata["min"]) == (MIN_MEMORY_MIB, MIN_CPU_CORES, 1)
+    rolling = model.shape_for("InferenceComponentRollingUpdatePolicy").members
+    assert rolling["WaitIntervalInSeconds"].metadata["max"] == WAIT_MAX_S
+    assert (rolling["MaximumExecutionTimeoutInSeconds"].metadata["min"],
+            rolling["MaximumExecutionTimeoutInSeconds"].metadata["max"]) == (EXECUTION_TIMEOUT_MIN_S, EXECUTION_TIMEOUT_MAX_S)
+    assert {"COPY_COUNT", "CAPACITY_PERCENT"} == set(model.shape_for("InferenceComponentCapacitySizeType").enum)
+    scaling = model.shape_for("ProductionVariantManagedInstanceScaling").members
+    assert (scaling["MinInstanceCount"].metadata["min"], scaling["MaxInstanceCount"].metadata["min"]) == (0, 1)

@@ -67,8 +67,11 @@ def test_synth_without_an_account_says_so_unless_offline(monkeypatch, tmp_path):
 def test_endpoint_name_is_deterministic_per_stage(templates, name):
     _, endpoint = only(templates[name], "AWS::SageMaker::Endpoint")
     assert endpoint["Properties"]["EndpointName"] == f"peagle-{name.lower()}"
-    _, log_group = only(templates[name], "AWS::Logs::LogGroup")
-    assert log_group["Properties"]["LogGroupName"] == f"/aws/sagemaker/Endpoints/peagle-{name.lower()}"
+    groups = {g["Properties"]["LogGroupName"] for g in templates[name]["Resources"].values()
+              if g["Type"] == "AWS::Logs::LogGroup"}
+    component = next(env for env in ENVIRONMENTS if env.name == name).component_name
+    assert groups == {f"/aws/sagemaker/Endpoints/peagle-{name.lower()}"} | (
+        {f"/aws/sagemaker/InferenceComponents/{component}"} if component else set())
 
 
 def test_endpoint_logical_id_is_pinned(templates):
@@ -122,10 +125,12 @@ def test_fleets_grow_and_prod_deploys_by_canary(templates):
 def test_rollback_alarms_are_the_stacks_metric_alarms_on_healthy_fleet_signals(templates, name):
     alarms = {logical_id: alarm["Properties"] for logical_id, alarm in templates[name]["Resources"].items()
               if alarm["Type"] == "AWS::CloudWatch::Alarm"}
-    _, endpoint = only(templates[name], "AWS::SageMaker::Endpoint")
-    rollback = {a["AlarmName"]["Ref"] for a in endpoint["Properties"]["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]}
+    # What rolls out: the inference component where the stage serves one, else the endpoint.
+    env = next(env for env in ENVIRONMENTS if env.name == name)
+    _, rolled = only(templates[name], "AWS::SageMaker::InferenceComponent" if env.components else "AWS::SageMaker::Endpoint")
+    rollback = {a["AlarmName"]["Ref"] for a in rolled["Properties"]["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]}
     assert rollback <= set(alarms) and len(rollback) <= 10
-    names = {alarms[i]["AlarmName"].removeprefix(f"peagle-{name.lower()}-") for i in rollback}
+    names = {alarms[i]["AlarmName"].removeprefix(f"{env.component_name or env.endpoint_name}-") for i in rollback}
     assert names == {"TimeToFirstTokenP90", "TimePerOutputTokenP90", "Invocation5XXErrorRate",
                      "InvocationModelErrorRate", "AcceptanceRate"}
     # Whole-request latency and the PromQL alarms notify only.
@@ -160,9 +165,10 @@ def test_image_uri_context_switches_every_stage(synthesized_assembly):
         assert model["Properties"]["PrimaryContainer"]["Image"] == LOCAL_IMAGE_URI
         assets = json.loads(next(assembly_dir.glob("*.assets.json")).read_text())
         assert not assets.get("dockerImages")
-        _, policy = only(template, "AWS::IAM::ManagedPolicy")
-        pulls = [s for s in policy["Properties"]["PolicyDocument"]["Statement"]
-                 if "ecr:BatchGetImage" in s["Action"]]
+        # The model's policy (a fleet of inference components has one of its own, which pulls nothing).
+        pulls = [s for policy in template["Resources"].values() if policy["Type"] == "AWS::IAM::ManagedPolicy"
+                 for s in policy["Properties"]["PolicyDocument"]["Statement"] if "ecr:BatchGetImage" in s["Action"]]
+        assert len(pulls) == 1, pulls
         assert json.dumps(pulls[0]["Resource"]).endswith(':ecr:us-east-1:123456789012:repository/peagle-runtime"]]}')
 
 

@@ -1,14 +1,18 @@
 """CDK constructs for serving P-EAGLE (parallel speculative decoding with vLLM) on Amazon SageMaker.
 
-Most users take :class:`PEagleEndpoint`; each piece it is built from is usable alone.
+Most users take :class:`PEagleEndpoint` (one model on its fleet) or :class:`PEagleComponentEndpoint` (inference
+components: models sharing a fleet that can scale to zero); each piece they are built from is usable alone.
 """
 
 from peagle_contract.serving import ServingConfig, ServingConfigError
 
-from peagle_constructs.autoscaling import EndpointAutoscaling, ScalingMetric
+from peagle_constructs.autoscaling import ComponentAutoscaling, EndpointAutoscaling, ScalingMetric
+from peagle_constructs.components import (
+    ComputeRequirements, CopyScaling, PEagleComponentEndpoint, PEagleInferenceComponent,
+)
 from peagle_constructs.deployment import DeploymentPolicy
 from peagle_constructs.endpoint import PEagleInferenceEndpoint
-from peagle_constructs.endpoint_config import PEagleEndpointConfig
+from peagle_constructs.endpoint_config import InstanceScaling, PEagleEndpointConfig
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.image import ContainerImage
 from peagle_constructs.instance_types import GPU_FAMILIES, InstanceType
@@ -20,8 +24,10 @@ from peagle_constructs.peagle_endpoint import AutoscalingOptions, PEagleEndpoint
 from peagle_constructs.security import NAG_PACKS, add_nag_packs
 
 __all__ = [
-    "AlarmSubscriber", "AlarmThresholds", "AlarmTopic", "AutoscalingOptions", "ConfigError", "ContainerImage",
-    "DeploymentPolicy", "DetailedObservability", "EndpointAutoscaling", "EndpointMonitoring", "GPU_FAMILIES",
-    "InstanceType", "NAG_PACKS", "PEagleEndpoint", "PEagleEndpointConfig", "PEagleInferenceEndpoint",
-    "PEagleModel", "ScalingMetric", "ServingConfig", "ServingConfigError", "VllmMetricNames", "add_nag_packs",
+    "AlarmSubscriber", "AlarmThresholds", "AlarmTopic", "AutoscalingOptions", "ComponentAutoscaling",
+    "ComputeRequirements", "ConfigError", "ContainerImage", "CopyScaling", "DeploymentPolicy",
+    "DetailedObservability", "EndpointAutoscaling", "EndpointMonitoring", "GPU_FAMILIES", "InstanceScaling",
+    "InstanceType", "NAG_PACKS", "PEagleComponentEndpoint", "PEagleEndpoint", "PEagleEndpointConfig",
+    "PEagleInferenceComponent", "PEagleInferenceEndpoint", "PEagleModel", "ScalingMetric", "ServingConfig",
+    "ServingConfigError", "VllmMetricNames", "add_nag_packs",
 ]

@@ -17,7 +17,7 @@ from peagle_constructs.errors import ConfigError
 
 SHIFT_MODES = ("ALL_AT_ONCE", "CANARY", "LINEAR")
 ROLLING = "ROLLING"
-SIZE_UNITS = ("INSTANCE_COUNT", "CAPACITY_PERCENT")
+SIZE_UNITS = ("INSTANCE_COUNT", "CAPACITY_PERCENT", "COPY_COUNT")  # COPY_COUNT: inference components only
 WAIT_MAX_S = 3600
 MAX_ROLLBACK_ALARMS = 10  # SageMaker's AutoRollbackConfig
 EXECUTION_TIMEOUT_MIN_S, EXECUTION_TIMEOUT_MAX_S = 600, 28800
@@ -59,14 +59,16 @@ class DeploymentPolicy:
         return cls(mode="LINEAR", bake=bake, size=size, size_unit=unit, termination_wait=termination_wait)
 
     @classmethod
-    def rolling(cls, *, percent: int | None = None, instances: int | None = None,
+    def rolling(cls, *, percent: int | None = None, instances: int | None = None, copies: int | None = None,
                 bake: Duration = Duration.minutes(10), rollback_percent: int | None = None,
-                rollback_instances: int | None = None,
+                rollback_instances: int | None = None, rollback_copies: int | None = None,
                 maximum_execution_timeout: Duration | None = None) -> "DeploymentPolicy":
-        """Replace the fleet ``percent`` (5..50) or ``instances`` at a time, each batch baking ``bake``."""
-        size, unit = _size(percent, instances)
-        rollback, rollback_unit = ((None, "CAPACITY_PERCENT") if rollback_percent is None and rollback_instances is None
-                                   else _size(rollback_percent, rollback_instances))
+        """Replace the fleet ``percent`` (5..50) or ``instances`` at a time - or, for an inference component,
+        its model copies ``percent`` or ``copies`` at a time - each batch baking ``bake``."""
+        size, unit = _size(percent, instances, copies)
+        rollback, rollback_unit = ((None, "CAPACITY_PERCENT")
+                                   if rollback_percent is None and rollback_instances is None and rollback_copies is None
+                                   else _size(rollback_percent, rollback_instances, rollback_copies))
         return cls(mode=ROLLING, bake=bake, size=size, size_unit=unit, rollback_size=rollback,
                    rollback_size_unit=rollback_unit, maximum_execution_timeout=maximum_execution_timeout)
 
@@ -75,7 +77,17 @@ class DeploymentPolicy:
                     termination_wait: Duration = Duration.minutes(5)) -> "DeploymentPolicy":
         return cls(mode="ALL_AT_ONCE", bake=bake, termination_wait=termination_wait)
 
-    def validate(self, *, instance_count: int) -> None:
+    def validate(self, *, instance_count: int, copies: bool = False) -> None:
+        """``copies``: the policy rolls out an inference component, ``instance_count`` being its copy count."""
+        if copies and not self.is_rolling:
+            raise ConfigError("deployment.mode", f"got {self.mode!r} for an inference component; allowed: "
+                              "DeploymentPolicy.rolling(...) (components update copy by copy)")
+        units = ("COPY_COUNT", "CAPACITY_PERCENT") if copies else ("INSTANCE_COUNT", "CAPACITY_PERCENT")
+        for name, unit in (("deployment.size_unit", self.size_unit),
+                           ("deployment.rollback.size_unit", self.rollback_size_unit)):
+            if unit not in units:
+                raise ConfigError(name, f"got {unit!r} for {'an inference component' if copies else 'an endpoint'}; "
+                                  f"allowed: {'copies= or percent=' if copies else 'instances= or percent='}")
         if self.mode not in (*SHIFT_MODES, ROLLING):
             raise ConfigError("deployment.mode", f"got {self.mode!r}; allowed: one of {(*SHIFT_MODES, ROLLING)}")
         for name, value in (("deployment.bake", self.bake), ("deployment.termination_wait", self.termination_wait)):
@@ -97,12 +109,13 @@ class DeploymentPolicy:
                         mode=self.mode, instance_count=instance_count, at_most_half=False)
 
     def steps(self, instance_count: int) -> int:
-        """Traffic steps (blue/green) or batches (rolling) an update of a fleet of ``instance_count`` takes."""
+        """Traffic steps (blue/green) or batches (rolling) an update of a fleet of ``instance_count`` (or a
+        component of that many copies) takes."""
         if self.mode == "ALL_AT_ONCE":
             return 1
         if self.mode == "CANARY":
             return 2
-        if self.size_unit == "INSTANCE_COUNT":
+        if self.size_unit in ("INSTANCE_COUNT", "COPY_COUNT"):
             return max(2, -(-instance_count // (self.size or 1)))
         return max(2, -(-100 // (self.size or 50)))
 
@@ -121,7 +134,15 @@ def _check_size(size: object, unit: str, prefix: str, *, low: int, mode: str, in
                 high_percent: int = 50, at_most_half: bool = True) -> None:
     if unit not in SIZE_UNITS:
         raise ConfigError(f"{prefix}.size_unit", f"got {unit!r}; allowed: one of {SIZE_UNITS}")
-    if unit == "INSTANCE_COUNT":
+    if unit == "COPY_COUNT":
+        # SageMaker's rolling policy for components: a batch of 5..50 % of the copies. A whole copy is the
+        # smallest batch there is, so a component of one copy updates one copy at a time.
+        field = f"{prefix}.copies"
+        high = max(1, instance_count // 2) if at_most_half else max(1, instance_count)
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= high:
+            raise ConfigError(field, f"got {size!r} for {instance_count} copies; allowed: 1..{high}"
+                              + (" (at most half the copies, one at least)" if at_most_half else ""))
+    elif unit == "INSTANCE_COUNT":
         field = f"{prefix}.instances"
         high = instance_count // 2 if at_most_half else instance_count
         if high < 1:
@@ -136,7 +157,9 @@ def _check_size(size: object, unit: str, prefix: str, *, low: int, mode: str, in
             raise ConfigError(field, f"got {size!r}; allowed: {low}..{high_percent} percent of the fleet")
 
 
-def _size(percent: int | None, instances: int | None) -> tuple[int | None, str]:
-    if (percent is None) == (instances is None):
-        raise ConfigError("deployment", "give exactly one of percent= or instances=")
-    return (percent, "CAPACITY_PERCENT") if percent is not None else (instances, "INSTANCE_COUNT")
+def _size(percent: int | None, instances: int | None, copies: int | None = None) -> tuple[int | None, str]:
+    given = [(value, unit) for value, unit in ((percent, "CAPACITY_PERCENT"), (instances, "INSTANCE_COUNT"),
+                                               (copies, "COPY_COUNT")) if value is not None]
+    if len(given) != 1:
+        raise ConfigError("deployment", "give exactly one of percent=, instances= or copies=")
+    return given[0]

@@ -8,7 +8,7 @@ from typing import Sequence
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
-from aws_cdk import Stack
+from aws_cdk import Stack, Token
 from constructs import Construct
 
 from peagle_constructs.deployment import MAX_ROLLBACK_ALARMS, DeploymentPolicy
@@ -23,6 +23,15 @@ def check_endpoint_name(name: object, field_name: str = "endpoint_name") -> str:
         raise ConfigError(field_name, f"got {name!r}; allowed: 1-63 letters, digits and hyphens, "
                           "starting and ending with a letter or digit")
     return name
+
+
+def default_endpoint_name(scope: Construct, id: str) -> str:
+    """``<stack name>-<id>``, made a valid endpoint name: stable across deploys, unique within the account."""
+    stack_name = Stack.of(scope).stack_name
+    if Token.is_unresolved(stack_name):
+        raise ConfigError("endpoint_name", "required when the stack name is not known at synth time")
+    name = re.sub(r"[^A-Za-z0-9-]+", "-", f"{stack_name}-{id}").strip("-")
+    return check_endpoint_name(re.sub(r"-{2,}", "-", name)[:63].rstrip("-"))
 
 
 class PEagleInferenceEndpoint(Construct):
@@ -46,6 +55,12 @@ class PEagleInferenceEndpoint(Construct):
     ) -> None:
         super().__init__(scope, id)
         self.endpoint_name = check_endpoint_name(endpoint_name)
+        # A fleet of inference components has no model of its own to shift traffic to: each component rolls
+        # out by itself, with its own rollback alarms (peagle_constructs.components).
+        self.hosts_components = endpoint_config.instance_scaling is not None
+        if self.hosts_components and (deployment is not None or rollback_alarms):
+            raise ConfigError("deployment", "not allowed on an endpoint that hosts inference components; allowed: "
+                              "None (give each component its rolling DeploymentPolicy)")
         self.deployment = deployment or DeploymentPolicy.all_at_once()
         self.deployment.validate(instance_count=endpoint_config.instance_count)
         self.variant_name = endpoint_config.variant_name
@@ -58,7 +73,7 @@ class PEagleInferenceEndpoint(Construct):
             endpoint_name=self.endpoint_name,
             endpoint_config_name=endpoint_config.endpoint_config_name,
             retain_all_variant_properties=True,
-            deployment_config=self._render_deployment(),
+            deployment_config=None if self.hosts_components else self._render_deployment(),
         )
         # SageMaker lower-cases endpoint names in ARNs.
         self.endpoint_arn = Stack.of(self).format_arn(
@@ -66,6 +81,9 @@ class PEagleInferenceEndpoint(Construct):
         )
 
     def add_rollback_alarm(self, alarm: cloudwatch.IAlarm) -> None:
+        if self.hosts_components:
+            raise ConfigError("rollback_alarms", "not allowed on an endpoint that hosts inference components; "
+                              "allowed: the component's own (PEagleInferenceComponent.add_rollback_alarm)")
         self._add(alarm)
         self.cfn_endpoint.deployment_config = self._render_deployment()
 

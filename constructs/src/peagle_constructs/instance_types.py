@@ -23,26 +23,37 @@ class GpuFamily:
     gpus_by_size: dict[str, int]
     # CUDA compute capability (major*10 + minor): the architecture the image's kernels must compile for
     compute_capability: int
+    # Per size: (vCPUs, host memory in GiB), what inference components reserve cores and memory from.
+    host_by_size: dict[str, tuple[int, int]]
 
 
 _SINGLE_TO_16X = {"xlarge": 1, "2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "16xlarge": 1}
+# vCPUs and memory per size as the instance pages list them: the g4dn/g5/g6 sizes share one ladder.
+_G_HOST = {"xlarge": (4, 16), "2xlarge": (8, 32), "4xlarge": (16, 64), "8xlarge": (32, 128), "16xlarge": (64, 256),
+           "12xlarge": (48, 192), "24xlarge": (96, 384), "48xlarge": (192, 768)}
+_G6E_HOST = {size: (cpus, 2 * memory) for size, (cpus, memory) in _G_HOST.items()}  # twice the memory per vCPU
 
 # Storage kinds from the EC2/SageMaker instance-store tables; GPU counts per size from the instance pages;
 # compute capabilities from NVIDIA's CUDA GPU table.
 GPU_FAMILIES: dict[str, GpuFamily] = {
-    "g4dn": GpuFamily(16, True, {**_SINGLE_TO_16X, "12xlarge": 4}, 75),  # NVIDIA T4
-    "g5": GpuFamily(24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}, 86),  # NVIDIA A10G
-    "g6": GpuFamily(24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}, 89),  # NVIDIA L4
-    "g6e": GpuFamily(48, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}, 89),  # NVIDIA L40S
-    "p3": GpuFamily(16, False, {"2xlarge": 1, "8xlarge": 4, "16xlarge": 8}, 70),  # NVIDIA V100
-    "p4d": GpuFamily(40, True, {"24xlarge": 8}, 80),  # NVIDIA A100 40 GB
-    "p4de": GpuFamily(80, True, {"24xlarge": 8}, 80),  # NVIDIA A100 80 GB
-    "p5": GpuFamily(80, True, {"4xlarge": 1, "48xlarge": 8}, 90),  # NVIDIA H100
-    "p5e": GpuFamily(141, True, {"48xlarge": 8}, 90),  # NVIDIA H200
-    "p5en": GpuFamily(141, True, {"48xlarge": 8}, 90),  # NVIDIA H200
-    "p6-b200": GpuFamily(179, True, {"48xlarge": 8}, 100),  # NVIDIA B200
+    "g4dn": GpuFamily(16, True, {**_SINGLE_TO_16X, "12xlarge": 4}, 75, _G_HOST),  # NVIDIA T4
+    "g5": GpuFamily(24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}, 86, _G_HOST),  # A10G
+    "g6": GpuFamily(24, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}, 89, _G_HOST),  # L4
+    "g6e": GpuFamily(48, True, {**_SINGLE_TO_16X, "12xlarge": 4, "24xlarge": 4, "48xlarge": 8}, 89,
+                     _G6E_HOST),  # NVIDIA L40S
+    "p3": GpuFamily(16, False, {"2xlarge": 1, "8xlarge": 4, "16xlarge": 8}, 70,
+                    {"2xlarge": (8, 61), "8xlarge": (32, 244), "16xlarge": (64, 488)}),  # NVIDIA V100
+    "p4d": GpuFamily(40, True, {"24xlarge": 8}, 80, {"24xlarge": (96, 1152)}),  # NVIDIA A100 40 GB
+    "p4de": GpuFamily(80, True, {"24xlarge": 8}, 80, {"24xlarge": (96, 1152)}),  # NVIDIA A100 80 GB
+    "p5": GpuFamily(80, True, {"4xlarge": 1, "48xlarge": 8}, 90,
+                    {"4xlarge": (16, 256), "48xlarge": (192, 2048)}),  # NVIDIA H100
+    "p5e": GpuFamily(141, True, {"48xlarge": 8}, 90, {"48xlarge": (192, 2048)}),  # NVIDIA H200
+    "p5en": GpuFamily(141, True, {"48xlarge": 8}, 90, {"48xlarge": (192, 2048)}),  # NVIDIA H200
+    "p6-b200": GpuFamily(179, True, {"48xlarge": 8}, 100, {"48xlarge": (192, 2048)}),  # NVIDIA B200
     "g7e": GpuFamily(96, True, {"2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "12xlarge": 2, "24xlarge": 4,
-                                "48xlarge": 8}, 120),  # NVIDIA RTX PRO 6000 Blackwell Server Edition
+                                "48xlarge": 8}, 120,
+                     {"2xlarge": (8, 64), "4xlarge": (16, 128), "8xlarge": (32, 256), "12xlarge": (48, 512),
+                      "24xlarge": (96, 1024), "48xlarge": (192, 2048)}),  # NVIDIA RTX PRO 6000 Blackwell Server
 }
 
 
@@ -84,6 +95,14 @@ class InstanceType:
     @property
     def gpu_count(self) -> int:
         return self.spec.gpus_by_size[self.size]
+
+    @property
+    def vcpus(self) -> int:
+        return self.spec.host_by_size[self.size][0]
+
+    @property
+    def memory_mib(self) -> int:
+        return self.spec.host_by_size[self.size][1] * 1024
 
     @property
     def total_gpu_memory_gb(self) -> int:

@@ -25,7 +25,8 @@ class PEagleModel(Construct):
 
     The execution role may read exactly the weight prefix SageMaker copies, pull from exactly the image's
     repository, write to exactly ``log_group`` (or, when none is given, to endpoint log groups), and decrypt
-    with exactly ``weights_key`` when the weights are encrypted with a customer key.
+    with exactly ``weights_key`` when the weights are encrypted with a customer key. ``role``: an existing
+    role to grant that to (a fleet's shared one) instead of a role of the model's own.
     """
 
     def __init__(
@@ -39,6 +40,7 @@ class PEagleModel(Construct):
         log_group: logs.ILogGroup | None = None,
         weights_key: kms.IKey | None = None,
         environment: Mapping[str, str] | None = None,
+        role: iam.IRole | None = None,
     ) -> None:
         super().__init__(scope, id)
         if not isinstance(serving, ServingConfig):
@@ -66,7 +68,9 @@ class PEagleModel(Construct):
         except ServingConfigError as exc:
             raise ConfigError(exc.field_name, str(exc).split(": ", 1)[1]) from None
 
-        self.role = iam.Role(
+        # A fleet of inference components hosts every model with its endpoint config's one role: the fleet
+        # passes it, and each model's policy below adds what that model needs.
+        self.role = role or iam.Role(
             self, "ExecutionRole",
             assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description="P-EAGLE model execution role: exact weights, image repository and log group only",

@@ -38,7 +38,8 @@ from peagle_constructs.errors import ConfigError
 from peagle_constructs.native_metrics import VllmMetricNames, acceptance_rate_query, quantile_query
 from peagle_constructs.notifications import AlarmSubscriber, AlarmTopic
 from peagle_constructs.sagemaker_names import (
-    ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE, INVOCATION_METRICS_NAMESPACE,
+    COMPONENT_LOG_GROUP_PREFIX, COMPONENT_METRICS_NAMESPACE, ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE,
+    INVOCATION_METRICS_NAMESPACE,
 )
 
 _FIELDS_BY_METRIC = {f.metric_name: f for f in METRIC_FIELDS}
@@ -94,12 +95,16 @@ def _positive(value: object, field: str, allowed: str) -> None:
 
 
 class EndpointMonitoring(Construct):
-    """Observability for one endpoint variant, keyed by the endpoint's (known) name.
+    """Observability for one endpoint variant - or, with ``component_name``, one inference component on it.
 
-    Creates the log group SageMaker writes container output to (``/aws/sagemaker/Endpoints/<name>``) with
-    retention and KMS, so its lifetime and encryption are ours rather than the service's defaults. Every
-    alarm is named ``<endpoint name>-<what>`` and notifies ``subscribers`` through :class:`AlarmTopic`.
-    ``native_alarms`` adds the PromQL alarms on vLLM's metrics (they need detailed observability on).
+    Creates the log group SageMaker writes container output to (``/aws/sagemaker/Endpoints/<name>``, for a
+    component ``/aws/sagemaker/InferenceComponents/<component>``) with retention and KMS, so its lifetime and
+    encryption are ours rather than the service's defaults. Every alarm is named ``<endpoint or component
+    name>-<what>`` and notifies ``subscribers`` through :class:`AlarmTopic`. SageMaker's metrics are read
+    per variant, or per component (dimension ``InferenceComponentName``, utilisation normalised to what
+    the component reserved). ``native_alarms`` adds the PromQL alarms on vLLM's metrics (they need detailed
+    observability on; they select by endpoint, so a component gets none: how the collector labels a
+    component's series is not documented).
     """
 
     def __init__(
@@ -118,33 +123,31 @@ class EndpointMonitoring(Construct):
         subscribers: Sequence[AlarmSubscriber] = (),
         native_alarms: bool = True,
         vllm_metrics: VllmMetricNames = VllmMetricNames(),
+        component_name: str | None = None,
     ) -> None:
         super().__init__(scope, id)
         check_num_speculative_tokens(num_speculative_tokens, "monitoring.num_speculative_tokens")
         thresholds.validate()
         self.endpoint_name, self.variant_name = endpoint_name, variant_name
+        self.component_name = component_name
+        # What is watched: its name keys the log group, the alarms and the request-line namespace.
+        watched = component_name or endpoint_name
+        what = f"inference component {component_name}" if component_name else f"SageMaker endpoint {endpoint_name}"
+        self._dimensions = ({"InferenceComponentName": component_name} if component_name
+                            else {"EndpointName": endpoint_name, "VariantName": variant_name})
         self.num_speculative_tokens = num_speculative_tokens
         self.thresholds = thresholds
-        self.namespace = namespace or f"{request_log.DEFAULT_NAMESPACE}/{endpoint_name}"
-        self.alarm_name_prefix = f"{endpoint_name}-"
+        self.namespace = namespace or f"{request_log.DEFAULT_NAMESPACE}/{watched}"
+        self.alarm_name_prefix = f"{watched}-"
         self.key = encryption_key or kms.Key(
             self, "Key", enable_key_rotation=True, removal_policy=removal_policy,
-            description=f"Encrypts the logs and alarm topic of SageMaker endpoint {endpoint_name}",
+            description=f"Encrypts the logs and alarm topic of {what}",
         )
 
-        log_group_name = f"{ENDPOINT_LOG_GROUP_PREFIX}{endpoint_name}"
-        log_group_arn = f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:{log_group_name}"
-        # CloudWatch Logs encrypts with the key only if the key policy lets the regional service use it.
-        self.key.add_to_resource_policy(iam.PolicyStatement(
-            principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
-            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-            resources=["*"],
-            conditions={"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": log_group_arn}},
-        ))
-        self.log_group = logs.LogGroup(
-            self, "LogGroup", log_group_name=log_group_name, retention=log_retention,
-            encryption_key=self.key, removal_policy=removal_policy,
-        )
+        log_group_name = (f"{COMPONENT_LOG_GROUP_PREFIX}{component_name}" if component_name
+                          else f"{ENDPOINT_LOG_GROUP_PREFIX}{endpoint_name}")
+        self.log_group = encrypted_log_group(self, "LogGroup", log_group_name, key=self.key, retention=log_retention,
+                                             removal_policy=removal_policy)
         self.metric_filters: dict[str, logs.MetricFilter] = {
             field.metric_name: logs.MetricFilter(
                 self, f"{field.metric_name}Filter",
@@ -160,7 +163,7 @@ class EndpointMonitoring(Construct):
 
         self.notifications = AlarmTopic(self, "AlarmTopic", key=self.key, alarm_name_prefix=self.alarm_name_prefix,
                                         subscribers=subscribers,
-                                        display_name=f"Alarms of SageMaker endpoint {endpoint_name}")
+                                        display_name=f"Alarms of {what}")
         self.topic = self.notifications.topic
 
         t = thresholds
@@ -186,7 +189,7 @@ class EndpointMonitoring(Construct):
         self._metric_alarm("ModelLatencyP99", self.metric_model_latency(statistic="p99"),
                            t.model_latency_p99_ms * 1000.0,  # ModelLatency is in microseconds
                            "SageMaker ModelLatency p99 (whole requests) is above the threshold; notification only")
-        if native_alarms:
+        if native_alarms and component_name is None:
             self._native_alarms(vllm_metrics)
         self.dashboard = self._dashboard()
 
@@ -210,7 +213,7 @@ class EndpointMonitoring(Construct):
             evaluation_periods=t.evaluation_periods, datapoints_to_alarm=t.datapoints_to_alarm,
             comparison_operator=comparison, treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             evaluate_low_sample_count_percentile="ignore" if percentile else None,
-            alarm_description=f"{self.endpoint_name}: {what}."
+            alarm_description=f"{self.alarm_name_prefix.removesuffix('-')}: {what}."
                               + (" A deployment rolls back while it is in ALARM." if rollback else ""),
         )
         self._notify(id, alarm, rollback=rollback)
@@ -289,10 +292,15 @@ class EndpointMonitoring(Construct):
     def _sagemaker(self, metric_name: str, statistic: str, period: Duration | None,
                    namespace: str = INVOCATION_METRICS_NAMESPACE) -> cloudwatch.Metric:
         return cloudwatch.Metric(
-            namespace=namespace, metric_name=metric_name, statistic=statistic,
-            dimensions_map={"EndpointName": self.endpoint_name, "VariantName": self.variant_name},
+            namespace=namespace, metric_name=metric_name, statistic=statistic, dimensions_map=self._dimensions,
             period=period or self.thresholds.period,
         )
+
+    def _utilization(self, metric_name: str, statistic: str, period: Duration | None) -> cloudwatch.Metric:
+        """An instance metric of the endpoint, or the component's share of it (``<name>Normalized``)."""
+        if self.component_name:
+            return self._sagemaker(f"{metric_name}Normalized", statistic, period, namespace=COMPONENT_METRICS_NAMESPACE)
+        return self._sagemaker(metric_name, statistic, period, namespace=ENDPOINT_METRICS_NAMESPACE)
 
     def metric_model_latency(self, *, statistic: str = "p99", period: Duration | None = None) -> cloudwatch.Metric:
         """Microseconds, as SageMaker reports it."""
@@ -321,13 +329,15 @@ class EndpointMonitoring(Construct):
         )
 
     def metric_concurrent_requests(self, *, statistic: str = "Maximum", period: Duration | None = None) -> cloudwatch.Metric:
-        return self._sagemaker("ConcurrentRequestsPerModel", statistic, period)
+        """In-flight requests per model (a component: per copy)."""
+        name = "ConcurrentRequestsPerCopy" if self.component_name else "ConcurrentRequestsPerModel"
+        return self._sagemaker(name, statistic, period)
 
     def metric_gpu_utilization(self, *, statistic: str = "Average", period: Duration | None = None) -> cloudwatch.Metric:
-        return self._sagemaker("GPUUtilization", statistic, period, namespace=ENDPOINT_METRICS_NAMESPACE)
+        return self._utilization("GPUUtilization", statistic, period)
 
     def metric_gpu_memory_utilization(self, *, statistic: str = "Average", period: Duration | None = None) -> cloudwatch.Metric:
-        return self._sagemaker("GPUMemoryUtilization", statistic, period, namespace=ENDPOINT_METRICS_NAMESPACE)
+        return self._utilization("GPUMemoryUtilization", statistic, period)
 
     # -- dashboard ----------------------------------------------------------------------------------
     def _dashboard(self) -> cloudwatch.Dashboard:
@@ -367,6 +377,21 @@ class EndpointMonitoring(Construct):
             f"[CloudWatch > Insights > SageMaker AI](https://console.aws.amazon.com/cloudwatch/home?region={Aws.REGION}"
             f"#sagemaker-ai-insights), filtered by endpoint; the graphs above are the runtime's request lines.")))
         return dashboard
+
+
+def encrypted_log_group(scope: Construct, id: str, name: str, *, key: kms.IKey, retention: logs.RetentionDays,
+                        removal_policy: RemovalPolicy) -> logs.LogGroup:
+    """The log group ``name``, encrypted with ``key``; the key lets CloudWatch Logs use it for this group only
+    (Logs encrypts with a key only if the key policy lets the regional service use it)."""
+    arn = f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:{name}"
+    key.add_to_resource_policy(iam.PolicyStatement(
+        principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
+        actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+        resources=["*"],
+        conditions={"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": arn}},
+    ))
+    return logs.LogGroup(scope, id, log_group_name=name, retention=retention, encryption_key=key,
+                         removal_policy=removal_policy)
 
 
 def _unit(field: MetricField) -> cloudwatch.Unit:

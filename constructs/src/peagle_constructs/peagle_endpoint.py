@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from aws_cdk import Duration, RemovalPolicy, Stack, Token
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -17,7 +16,7 @@ from peagle_contract.serving import ServingConfig
 
 from peagle_constructs.autoscaling import EndpointAutoscaling, ScalingMetric
 from peagle_constructs.deployment import DeploymentPolicy
-from peagle_constructs.endpoint import PEagleInferenceEndpoint, check_endpoint_name
+from peagle_constructs.endpoint import PEagleInferenceEndpoint, check_endpoint_name, default_endpoint_name
 from peagle_constructs.endpoint_config import (
     DEFAULT_INFERENCE_AMI_VERSION, DEFAULT_MODEL_DATA_DOWNLOAD_TIMEOUT, DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT,
     DEFAULT_VARIANT_NAME, PEagleEndpointConfig,
@@ -99,7 +98,8 @@ class PEagleEndpoint(Construct):
             preset.check(serving, instance_type=instance_type)
         if encrypt_volume is None:
             encrypt_volume = not parsed.local_nvme
-        self.endpoint_name = check_endpoint_name(endpoint_name) if endpoint_name is not None else self._default_name(id)
+        self.endpoint_name = (check_endpoint_name(endpoint_name) if endpoint_name is not None
+                              else default_endpoint_name(self, id))
         self.variant_name = DEFAULT_VARIANT_NAME
         scaling = self._scaling_bounds(autoscaling, instance_count)
 
@@ -141,14 +141,6 @@ class PEagleEndpoint(Construct):
             self.autoscaling.scalable_target.node.add_dependency(self.endpoint.cfn_endpoint)
 
     # -- construction helpers -----------------------------------------------------------------------
-    def _default_name(self, id: str) -> str:
-        stack_name = Stack.of(self).stack_name
-        if Token.is_unresolved(stack_name):
-            raise ConfigError("endpoint_name", "required when the stack name is not known at synth time")
-        name = re.sub(r"[^A-Za-z0-9-]+", "-", f"{stack_name}-{id}").strip("-")
-        name = re.sub(r"-{2,}", "-", name)[:63].rstrip("-")
-        return check_endpoint_name(name)
-
     @staticmethod
     def _scaling_bounds(options: AutoscalingOptions | None, instance_count: int) -> dict | None:
         if options is None:

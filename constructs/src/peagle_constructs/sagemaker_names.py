@@ -8,3 +8,7 @@ ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints/"
 ENDPOINT_METRICS_NAMESPACE = "/aws/sagemaker/Endpoints"
 # Invocation metrics (Invocations, ModelLatency, 4XX/5XX errors) per endpoint and variant.
 INVOCATION_METRICS_NAMESPACE = "AWS/SageMaker"
+# An inference component's container output goes to a group of its own (AWS's pages do not say so; the
+# groups real accounts hold do), and its utilisation metrics, normalised to what the component reserved, here.
+COMPONENT_LOG_GROUP_PREFIX = "/aws/sagemaker/InferenceComponents/"
+COMPONENT_METRICS_NAMESPACE = "/aws/sagemaker/InferenceComponents"

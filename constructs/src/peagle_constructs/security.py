@@ -68,6 +68,12 @@ def acknowledge_execution_policy(policy: IConstruct, *, weight_prefixes: Sequenc
             _ANY_ENDPOINT_LOGS)
 
 
+def acknowledge_fleet_policy(policy: IConstruct) -> None:
+    """A fleet of inference components: its role's own policy (fleet logs, metrics) has one wildcard."""
+    _acknowledge(policy, _resource_finding("AwsSolutions-IAM5", "*"), _PUT_METRIC.replace(
+        "the /aws/sagemaker/Endpoints namespace", "SageMaker's endpoint and inference-component namespaces"))
+
+
 # -- the endpoint config on local-NVMe instances ----------------------------------------------------
 
 _NVME = ("{instance_type} has local NVMe instance storage, encrypted at rest by the instance hardware; SageMaker "
