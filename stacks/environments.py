@@ -109,10 +109,10 @@ class EnvironmentConfig:
             return
         if not isinstance(self.components, ComponentHosting):
             raise ConfigError(f"{self.name}.components", f"got {self.components!r}; allowed: a ComponentHosting")
-        for field_name in ("autoscaling", "deployment"):
+        for field_name, instead in (("autoscaling", "copy_scaling"), ("deployment", "deployment")):
             if getattr(self, field_name) is not None:
                 raise ConfigError(f"{self.name}.{field_name}", "not used with components (the fleet and the copies "
-                                  f"scale and roll out themselves); allowed: None, and components.{'copy_scaling' if field_name == 'autoscaling' else 'deployment'}")
+                                  f"scale and roll out themselves); allowed: None, and components.{instead}")
         if not self.allow_scale_to_zero:
             check_floor_above_zero(self.components.instance_scaling.min_instances,
                                    f"{self.name}.components.instance_scaling.min_instances")

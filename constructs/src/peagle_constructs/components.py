@@ -197,7 +197,7 @@ class PEagleComponentEndpoint(Construct):
         self.endpoint = PEagleInferenceEndpoint(self, "Endpoint", endpoint_config=self.endpoint_config,
                                                 endpoint_name=self.endpoint_name)
         self.endpoint.cfn_endpoint.node.add_dependency(self.log_group)
-        self.components: dict[str, PEagleInferenceComponent] = {}
+        self.components: dict[str, PEagleInferenceComponent] = {}  # by component name
 
     @property
     def cfn_endpoint(self) -> sagemaker.CfnEndpoint:
@@ -209,12 +209,7 @@ class PEagleComponentEndpoint(Construct):
 
     def add_component(self, id: str, **props) -> "PEagleInferenceComponent":  # noqa: ANN003 - the component's own
         """A :class:`PEagleInferenceComponent` on this fleet (``props`` are its keyword arguments)."""
-        component = PEagleInferenceComponent(self, id, fleet=self, **props)
-        if component.component_name in {c.component_name for c in self.components.values()}:
-            raise ConfigError("component_name", f"got {component.component_name!r}, already on this endpoint; "
-                              "allowed: a name of its own")
-        self.components[id] = component
-        return component
+        return PEagleInferenceComponent(self, id, fleet=self, **props)
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let ``grantee`` invoke this endpoint's components (InvokeEndpoint and its streaming form)."""
@@ -259,6 +254,8 @@ class PEagleInferenceComponent(Construct):
         if not isinstance(name, str) or len(name) > 63 or not _COMPONENT_NAME.match(name):
             raise ConfigError("component_name", f"got {name!r}; allowed: 1-63 letters, digits and hyphens, starting "
                               "and ending with a letter or digit")
+        if name in fleet.components:
+            raise ConfigError("component_name", f"got {name!r}, already on this endpoint; allowed: a name of its own")
         self.component_name = name
         self.fleet = fleet
         self.compute = compute.resolve(tensor_parallel_size=serving.tensor_parallel_size, instance=instance)
@@ -345,6 +342,7 @@ class PEagleInferenceComponent(Construct):
                 wake_up_cooldown=scaling.wake_up_cooldown,
             )
             self.autoscaling.scalable_target.node.add_dependency(self.cfn_inference_component)
+        fleet.components[name] = self
 
     def add_rollback_alarm(self, alarm: cloudwatch.IAlarm) -> None:
         if len(self._rollback_alarms) >= MAX_ROLLBACK_ALARMS:
