@@ -28,7 +28,6 @@ import atexit
 import contextlib
 import json
 import os
-import re
 import signal
 import sys
 import time
@@ -59,8 +58,6 @@ SHUTDOWN_GRACE_S = 2.0
 _SHUTDOWN_EVENT = (b"data: " + Rejection(503, "the server is shutting down; this response was cut short",
                                          type="ServiceUnavailableError").body() + b"\n\ndata: [DONE]\n\n")
 _USAGE_KEY = b',"usage":'  # as vLLM's serializer writes a key: no spaces
-# What makes an event more than ordinary: a finish reason set (an abort among them), an error, the metrics.
-_NOT_ORDINARY = re.compile(rb'"finish_reason":"|"error"|"metrics"')
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -183,7 +180,8 @@ class _Measure:
         metrics, usage as its last field - read without parsing all of it: only its usage is decoded, and
         cut from vLLM's own bytes when the client did not ask for it. None: not such an event (then it is
         parsed whole). A JSON string holds quotes only escaped, so these markers cannot come from text."""
-        if not payload.startswith(b"{") or b'"choices":[{' not in payload or _NOT_ORDINARY.search(payload):
+        if (not payload.startswith(b"{") or b'"choices":[{' not in payload or b'"finish_reason":"' in payload
+                or b'"error"' in payload or b'"metrics"' in payload):
             return None
         cut = payload.rfind(_USAGE_KEY)
         if cut < 0:
@@ -350,8 +348,7 @@ class RequestMetricsMiddleware:
                 if not more:
                     out += measure.flush()
                 if out or not more:
-                    message["body"] = out  # the server built this message for this one send: ours to reuse
-                    await forward(message)
+                    await forward({"type": "http.response.body", "body": out, "more_body": more})
                 if generated and measure.first_output is None:
                     await _written()
                     measure.first_output = time.perf_counter()  # the first text has left the server
