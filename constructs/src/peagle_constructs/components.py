@@ -36,8 +36,8 @@ from peagle_contract.serving import ServingConfig
 
 from peagle_constructs import security
 from peagle_constructs.autoscaling import ComponentAutoscaling, check_floor_above_zero
-from peagle_constructs.deployment import MAX_ROLLBACK_ALARMS, DeploymentPolicy
-from peagle_constructs.endpoint import PEagleInferenceEndpoint, check_endpoint_name, default_endpoint_name
+from peagle_constructs.deployment import DeploymentPolicy, append_rollback_alarm
+from peagle_constructs.endpoint import PEagleInferenceEndpoint, endpoint_name_for
 from peagle_constructs.endpoint_config import (
     DEFAULT_INFERENCE_AMI_VERSION, DEFAULT_MODEL_DATA_DOWNLOAD_TIMEOUT, DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT,
     DEFAULT_VARIANT_NAME, InstanceScaling, PEagleEndpointConfig, check_timeout,
@@ -160,8 +160,7 @@ class PEagleComponentEndpoint(Construct):
         self.instance_type = InstanceType.of(instance_type)
         self.instance_scaling = instance_scaling
         self.allow_scale_to_zero = allow_scale_to_zero
-        self.endpoint_name = (check_endpoint_name(endpoint_name) if endpoint_name is not None
-                              else default_endpoint_name(self, id))
+        self.endpoint_name = endpoint_name_for(self, id, endpoint_name)
         self.variant_name = DEFAULT_VARIANT_NAME
         self.startup_timeouts = (container_startup_health_check_timeout, model_data_download_timeout)
         self.log_retention, self.removal_policy = log_retention, removal_policy
@@ -305,7 +304,9 @@ class PEagleInferenceComponent(Construct):
             self, "Model", serving=serving, image=image, network_isolation=network_isolation,
             log_group=self.monitoring.log_group, weights_key=weights_key, environment=environment, role=fleet.role,
         )
-        self._rollback_alarms = list(self.monitoring.rollback_alarms)
+        self._rollback_alarms: list[cloudwatch.IAlarm] = []
+        for alarm in self.monitoring.rollback_alarms:
+            append_rollback_alarm(self._rollback_alarms, alarm)
         self.cfn_inference_component = sagemaker.CfnInferenceComponent(
             self, "Resource",
             inference_component_name=name,
@@ -345,10 +346,7 @@ class PEagleInferenceComponent(Construct):
         fleet.components[name] = self
 
     def add_rollback_alarm(self, alarm: cloudwatch.IAlarm) -> None:
-        if len(self._rollback_alarms) >= MAX_ROLLBACK_ALARMS:
-            raise ConfigError("rollback_alarms", f"got a {len(self._rollback_alarms) + 1}th alarm; allowed: at most "
-                              f"{MAX_ROLLBACK_ALARMS} (SageMaker's AutoRollbackConfig)")
-        self._rollback_alarms.append(alarm)
+        append_rollback_alarm(self._rollback_alarms, alarm)
         self.cfn_inference_component.deployment_config = self._render_deployment()
 
     @property

@@ -130,6 +130,14 @@ class DeploymentPolicy:
         return max(EXECUTION_TIMEOUT_MIN_S, min(EXECUTION_TIMEOUT_MAX_S, wanted))
 
 
+def append_rollback_alarm(alarms: list, alarm: object) -> None:
+    """Add ``alarm`` to a rollout's rollback alarms, within SageMaker's AutoRollbackConfig limit."""
+    if len(alarms) >= MAX_ROLLBACK_ALARMS:
+        raise ConfigError("rollback_alarms", f"got a {len(alarms) + 1}th alarm; allowed: at most "
+                          f"{MAX_ROLLBACK_ALARMS} (SageMaker's AutoRollbackConfig)")
+    alarms.append(alarm)
+
+
 def _check_size(size: object, unit: str, prefix: str, *, low: int, mode: str, instance_count: int,
                 high_percent: int = 50, at_most_half: bool = True) -> None:
     if unit not in SIZE_UNITS:

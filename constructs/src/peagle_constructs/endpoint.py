@@ -11,7 +11,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import Stack, Token
 from constructs import Construct
 
-from peagle_constructs.deployment import MAX_ROLLBACK_ALARMS, DeploymentPolicy
+from peagle_constructs.deployment import DeploymentPolicy, append_rollback_alarm
 from peagle_constructs.endpoint_config import PEagleEndpointConfig
 from peagle_constructs.errors import ConfigError
 
@@ -25,8 +25,11 @@ def check_endpoint_name(name: object, field_name: str = "endpoint_name") -> str:
     return name
 
 
-def default_endpoint_name(scope: Construct, id: str) -> str:
-    """``<stack name>-<id>``, made a valid endpoint name: stable across deploys, unique within the account."""
+def endpoint_name_for(scope: Construct, id: str, given: str | None) -> str:
+    """``given`` checked, or by default ``<stack name>-<id>`` made a valid endpoint name: stable across
+    deploys, unique within the account."""
+    if given is not None:
+        return check_endpoint_name(given)
     stack_name = Stack.of(scope).stack_name
     if Token.is_unresolved(stack_name):
         raise ConfigError("endpoint_name", "required when the stack name is not known at synth time")
@@ -88,10 +91,7 @@ class PEagleInferenceEndpoint(Construct):
         self.cfn_endpoint.deployment_config = self._render_deployment()
 
     def _add(self, alarm: cloudwatch.IAlarm) -> None:
-        if len(self._rollback_alarms) >= MAX_ROLLBACK_ALARMS:
-            raise ConfigError("rollback_alarms", f"got a {len(self._rollback_alarms) + 1}th alarm; allowed: at most "
-                              f"{MAX_ROLLBACK_ALARMS} (SageMaker's AutoRollbackConfig)")
-        self._rollback_alarms.append(alarm)
+        append_rollback_alarm(self._rollback_alarms, alarm)
 
     @property
     def rollback_alarms(self) -> tuple[cloudwatch.IAlarm, ...]:

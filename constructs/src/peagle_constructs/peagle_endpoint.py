@@ -16,7 +16,7 @@ from peagle_contract.serving import ServingConfig
 
 from peagle_constructs.autoscaling import EndpointAutoscaling, ScalingMetric
 from peagle_constructs.deployment import DeploymentPolicy
-from peagle_constructs.endpoint import PEagleInferenceEndpoint, check_endpoint_name, default_endpoint_name
+from peagle_constructs.endpoint import PEagleInferenceEndpoint, endpoint_name_for
 from peagle_constructs.endpoint_config import (
     DEFAULT_INFERENCE_AMI_VERSION, DEFAULT_MODEL_DATA_DOWNLOAD_TIMEOUT, DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT,
     DEFAULT_VARIANT_NAME, PEagleEndpointConfig,
@@ -98,8 +98,7 @@ class PEagleEndpoint(Construct):
             preset.check(serving, instance_type=instance_type)
         if encrypt_volume is None:
             encrypt_volume = not parsed.local_nvme
-        self.endpoint_name = (check_endpoint_name(endpoint_name) if endpoint_name is not None
-                              else default_endpoint_name(self, id))
+        self.endpoint_name = endpoint_name_for(self, id, endpoint_name)
         self.variant_name = DEFAULT_VARIANT_NAME
         scaling = self._scaling_bounds(autoscaling, instance_count)
 
