@@ -99,7 +99,7 @@ bench-real: setup
 	$(PY) bench/real_spec.py
 
 bench-middleware: setup
-	$(PY) bench/middleware_cost.py --layout $(or $(LAYOUT),shared)
+	$(PY) bench/middleware_cost.py --layout $(or $(LAYOUT),paired)
 
 # GPU only (an H200 machine): torch + triton, no vLLM needed. Results in bench/results/.
 bench-kernel:

@@ -135,6 +135,31 @@ def test_an_event_after_the_first_text_is_read_once_and_forwarded_as_vllm_wrote_
     assert out == b"data: " + FIRST + b"\n\n" + b"data: " + event + b"\n\n"
 
 
+COMMON = (b'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"b",'
+          b'"logprobs":null,"finish_reason":null,"stop_reason":null}],'
+          b'"usage":{"prompt_tokens":4,"total_tokens":6,"completion_tokens":2}}\n\n')
+
+
+@pytest.mark.parametrize("strip", [True, False], ids=["usage-not-asked", "usage-asked"])
+def test_the_common_event_passes_as_vllms_bytes_and_its_usage_is_read_only_for_the_line(strip):
+    measure, _ = _measure_of(FIRST, strip=strip)
+    out, generated = measure.stream_chunk(COMMON)
+    if strip:
+        assert out == COMMON.replace(b',"usage":{"prompt_tokens":4,"total_tokens":6,"completion_tokens":2}', b"")
+    else:
+        assert out is COMMON  # vLLM's own bytes, not a copy: the middleware forwards vLLM's message itself
+    assert generated is False and measure._usage_event is COMMON  # kept as bytes, not decoded per event
+    assert measure.latest_usage() == {"prompt_tokens": 4, "total_tokens": 6, "completion_tokens": 2}
+
+
+def test_the_usage_only_last_event_is_still_dropped_after_the_common_ones():
+    measure, _ = _measure_of(FIRST)
+    measure.stream_chunk(COMMON)
+    last = b'data: {"id":"cmpl-1","choices":[],"usage":{"prompt_tokens":4,"total_tokens":7,"completion_tokens":3}}\n\n'
+    assert measure.stream_chunk(last) == (b"", False)
+    assert measure.latest_usage()["completion_tokens"] == 3
+
+
 def test_whole_body_tpot_is_on_the_engines_clock_and_rejections_get_no_line(validator):
     response, (rec,) = _post(validator, {"prompt": "x", "max_tokens": 3})
     assert response.status_code == 200 and response.json()["choices"][0]["text"] == "abc"

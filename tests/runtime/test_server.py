@@ -291,13 +291,15 @@ def _stream_id(events: list[str]) -> str:
     return json.loads(events[0])["id"]
 
 
-def _client_ttfts(base: str, route: str, body: dict, *, count: int) -> list[tuple[float, str]]:
-    """TTFT of ``count`` requests as a client in a process of its own measures them (ttft_client.py, through
-    harness.client), as a SageMaker client is apart from the server."""
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("ttft_client.py")), base, route,
-                           json.dumps(body), str(count)], capture_output=True, text=True, timeout=300)
+def _client_ttfts(server, route: str, body: dict, *, count: int) -> list[tuple[float, str, float]]:
+    """(client TTFT ms, request id, ms the server's loop and the client waited for a CPU) of ``count``
+    requests as a client in a process of its own measures them (ttft_client.py, through harness.client), as a
+    SageMaker client is apart from the server."""
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("ttft_client.py")), server.base, route,
+                           json.dumps(body), str(count), str(server.proc.pid)],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return [tuple(pair) for pair in json.loads(proc.stdout)]
+    return [tuple(row) for row in json.loads(proc.stdout)]
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole-body"])
@@ -307,26 +309,31 @@ def test_logged_ttft_is_what_a_real_client_measures(server, route, stream):
 
     The server runs at a lower CPU priority than this client (the fixture's ``nice``): on these 2 cores the
     engine would otherwise keep the client from reading for tens of milliseconds, which on SageMaker - client
-    and server on different machines - cannot happen. The +50..+110 ms stream gaps seen before came from the
-    client's HTTP stack (httpx handing over events late), not the server: harness.client reads with urllib3
-    now (its docstring says how that was measured). The median of 7 is asserted."""
+    and server on different machines - cannot happen. Other work on the machine can still hold both CPUs:
+    with two busy loops beside it, gaps of +30..+230 ms came (chat and completions alike, 2026-12-01), the
+    request waiting in the server's socket, on the client's clock and not yet on the server's. The kernel
+    counts how long the server's event loop and the client waited for a CPU during each request
+    (ttft_client.py): a median gap past the bound that those waits explain is reported as a skip (the machine
+    was too busy to judge), one they do not explain fails. On an idle machine the gaps are +0..+5 ms; the
+    waits, which also cover the engine's share of the CPUs during the request, are a few ms and up to tens.
+    The median of 7."""
     base = {**(COMPLETION if route == "/v1/completions" else CHAT), "model": str(server.target),
             "max_tokens": 12, "ignore_eos": True, "stream": stream}
-    gaps = []
-    for client_ms, request_id in _client_ttfts(server.base, route, base, count=7):
+    gaps, unexplained = [], []
+    for client_ms, request_id, waited_ms in _client_ttfts(server, route, base, count=7):
         logged = _line_for(server, lambda rec, rid=request_id: rec["request_id"] == rid)
         assert logged["status"] == 200 and logged["stream"] is stream
         gaps.append(client_ms - logged["ttft_ms"])
+        unexplained.append(gaps[-1] - waited_ms)
     FIGURES[f"ttft client - logged {route.removeprefix('/v1/')}{' stream' if stream else ''}"] = \
-        " ".join(f"{g:+.1f}" for g in gaps) + " ms"
+        " ".join(f"{g:+.1f}" for g in gaps) + " ms; less CPU waits: " + " ".join(f"{u:+.1f}" for u in unexplained)
     # The client's clock starts before it sends and stops when it has read the text; the server's stops one
     # turn of its event loop after the write (request_metrics._written), which may come after the client's.
-    if route == "/v1/chat/completions" and stream and statistics.median(gaps) > 10.0:
-        # A known open problem (issue 11): in some CI runs on 2026-12-01 a chat stream's first text reached the
-        # client +40..+112 ms after its logged ttft_ms while the other routes agreed within a few ms; runs here
-        # alone agree. Cause not found yet. Reported as an expected failure with its gaps, not hidden.
-        pytest.xfail(f"issue 11: chat stream TTFT gap of about one engine step: {gaps}")
-    assert -5.0 <= statistics.median(gaps) <= 10.0, gaps
+    assert statistics.median(gaps) >= -5.0, gaps
+    if statistics.median(gaps) > 10.0 and statistics.median(unexplained) <= 10.0:
+        pytest.skip(f"the machine was busy: the client and the server's loop waited for a CPU as long as the gaps "
+                    f"(gaps {[round(g, 1) for g in gaps]} ms; less the waits {[round(u, 1) for u in unexplained]})")
+    assert statistics.median(gaps) <= 10.0, (gaps, unexplained)
 
 
 def test_a_stream_the_client_drops_gets_its_line_with_the_tokens_it_had(server):
