@@ -51,6 +51,14 @@ class RuntimeServer(LocalRuntime):
         READY_TIMES[self.name] = self.ready_after_s or 0.0
         if self.nice and self.proc is not None:
             os.setpriority(os.PRIO_PGRP, self.proc.pid, self.nice)  # the server and its engine core
+            # With autogroup scheduling (on here: /proc/sys/kernel/sched_autogroup_enabled), a thread's nice only
+            # weighs against threads of its own session, and the server runs in a session of its own: its
+            # session shared the CPUs equally with the client's, and the engine's workers busy-poll (vLLM's shm
+            # queue spins for 1 s after each read). The session is lowered too, or the client waits for a CPU
+            # (tens of ms, once 1 s: the first text late at the client, a "dropped" stream ended before it left).
+            autogroup = Path(f"/proc/{self.proc.pid}/autogroup")
+            if autogroup.exists():
+                autogroup.write_text(str(self.nice))
         return self
 
     def drafter_calls(self) -> int:
