@@ -30,6 +30,7 @@ middleware_cost_<layout>.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -88,11 +89,13 @@ def pin_process_tree(pid: int, cpu: int) -> None:
 
     root = psutil.Process(pid)
     for proc in [root, *root.children(recursive=True)]:
-        for thread in proc.threads():
-            try:
+        try:
+            threads = proc.threads()
+        except psutil.NoSuchProcess:
+            continue  # a process that ended meanwhile
+        for thread in threads:
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
                 os.sched_setaffinity(thread.id, {cpu})
-            except (ProcessLookupError, PermissionError):
-                pass  # a thread that ended meanwhile
 
 
 def _pinned_worker(cpu: int) -> None:
