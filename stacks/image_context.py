@@ -5,9 +5,10 @@ The image installs exactly the wheels that the packaging test installs into a fr
 keeps the asset hash to what the image holds: edits to stacks, tests or docs never make a new image.
 
 The context is built once per change of its sources into ``.cache/image-context/<digest>/`` (about 4 s)
-and reused by every later synth. Wheels are built reproducibly - from a copy of the sources, without
-build isolation, with a fixed SOURCE_DATE_EPOCH - so the same sources give the same bytes and the same
-asset hash on every machine with the same setuptools.
+and reused by every later synth. Wheels are built reproducibly - from a copy of the sources, in an
+isolated build environment with the exact setuptools each pyproject.toml pins, with a fixed
+SOURCE_DATE_EPOCH - so the same sources give the same bytes and the same asset hash on every machine,
+whatever the environment running the synth has installed.
 
 ``python -m stacks.image_context`` prints the folder (for a `docker build` by hand).
 """

@@ -37,7 +37,9 @@ def build_wheels(projects: Sequence[Path], out_dir: Path) -> list[Path]:
     """Build each project's wheel into ``out_dir``; return their paths. Writes nothing into the projects.
 
     Each project is copied first (links followed, so its VERSION link becomes the version itself), then
-    built by pip with the environment's own setuptools.
+    built by pip in an isolated build environment holding the backend its pyproject.toml pins exactly: a
+    fresh virtual environment's old setuptools (65.5 on Python 3.11, no ``bdist_wheel``) is never used, and
+    the same sources give the same bytes on every machine.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="peagle-wheels-") as tmp:
@@ -49,7 +51,7 @@ def build_wheels(projects: Sequence[Path], out_dir: Path) -> list[Path]:
         built = Path(tmp) / "wheels"
         env = {**os.environ, "SOURCE_DATE_EPOCH": _SOURCE_DATE_EPOCH, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir", "-q",
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
              "-w", str(built), *copies],
             env=env, capture_output=True, text=True)
         if proc.returncode != 0:

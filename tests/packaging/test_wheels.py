@@ -131,3 +131,21 @@ def test_image_side_needs_only_the_contract_and_refuses_a_bad_config(image_venv)
                  SM_VLLM_MODEL="org/model")
     assert serve.returncode == 2, serve.stdout + serve.stderr
     assert "SM_VLLM_SPECULATIVE_CONFIG" in serve.stderr and "is required" in serve.stderr
+
+
+def test_wheels_build_in_a_fresh_venv_with_the_same_bytes(tmp_path, wheels):
+    """What a CI runner has: `python -m venv` with ensurepip's setuptools (65.5 on 3.11, no bdist_wheel) and
+    no `wheel`. The build must not use them (each pyproject pins its backend, built in isolation), and the
+    bytes must equal this environment's build: the image asset's hash is the same on every machine."""
+    venv = FreshVenv(tmp_path)
+    listed = venv.pip("list", "--format=json")
+    tools = {p["name"].lower(): p["version"] for p in json.loads(listed.stdout)}
+    assert "wheel" not in tools and int(tools["setuptools"].split(".")[0]) < 70, \
+        f"this check needs a venv without a bdist_wheel-capable setuptools; got {tools}"
+    out = tmp_path / "built"
+    proc = venv.run("-c", "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+                    "from stacks.release import DISTRIBUTIONS, build_wheels;"
+                    "[print(w) for w in build_wheels(DISTRIBUTIONS, Path(sys.argv[2]))]", str(REPO_ROOT), str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fresh = {Path(line).name: Path(line).read_bytes() for line in proc.stdout.split()}
+    assert fresh == {w.name: w.read_bytes() for w in wheels.values()}
