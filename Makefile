@@ -7,7 +7,7 @@ TARGET ?= local
 # The pull request's base: origin/main in a clone, else the local main branch.
 BASE ?= $(shell git rev-parse --verify -q origin/main >/dev/null && echo origin/main || echo main)
 
-.PHONY: setup setup-cdk synth test diff deploy destroy serve invoke demo models demo-models real-models stage-weights smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-middleware bench-kernel bench-kernel-smoke clean
+.PHONY: setup setup-cdk synth test diff deploy destroy serve invoke demo models demo-models real-models stage-weights smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-middleware bench-kernel bench-kernel-smoke rehearse clean
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -81,6 +81,11 @@ smoke: setup
 # A concurrency sweep through the same client (1, 4, 16, 64): TTFT/TPOT percentiles, tokens/s, goodput.
 loadtest: setup
 	$(PY) -m harness.loadtest --env $(ENV) --target $(TARGET)
+
+# The GitHub workflows as committed, on act, from a fresh clone and fresh venvs per job (harness/rehearsal):
+# pull-request stack diffs, a promotion through Dev, Staging and Prod, and a negative control.
+rehearse: setup
+	$(PY) -m harness.rehearsal $(if $(ONLY),--only $(ONLY))
 
 # The three wheels (contract, constructs, runtime) at VERSION, into dist/.
 wheels: setup

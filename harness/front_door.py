@@ -10,7 +10,8 @@ It speaks the two operations' wire format as botocore's service model describes 
   content type in ``X-Amzn-SageMaker-Content-Type``;
 - a container answer outside 2xx becomes SageMaker's ``ModelError`` (HTTP 424, ``OriginalStatusCode``,
   ``OriginalMessage``); an unknown endpoint name a ``ValidationError`` (400), as SageMaker answers them;
-- for an endpoint of inference components (``component_name``), a request must name that component in
+- several endpoints may share the one backend (``endpoints``: name -> its inference component or None);
+- for an endpoint of inference components, a request must name that component in
   ``X-Amzn-SageMaker-Inference-Component`` (botocore's header for ``InferenceComponentName``); without it,
   or naming another, a ``ValidationError`` (our wording: SageMaker's own is not documented).
 Requests are not signed-checked (credentials are fake on loopback). Only 127.0.0.1 is listened on.
@@ -25,6 +26,7 @@ import sys
 import threading
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Mapping
 
 import httpx
 
@@ -87,16 +89,17 @@ class _Handler(BaseHTTPRequestHandler):
         if not match:
             self._error(404, "UnknownOperationException", {"message": f"no operation at {self.path}"})
             return
-        if match["name"] != self.server.endpoint_name:
+        if match["name"] not in self.server.endpoints:
             self._error(400, "ValidationError",
                         {"message": f"Endpoint {match['name']} of account 123456789012 not found."})
             return
-        wanted, named = self.server.component_name, self.headers.get(COMPONENT_HEADER)
+        wanted, named = self.server.endpoints[match["name"]], self.headers.get(COMPONENT_HEADER)
         if wanted is not None and named != wanted:
             self._error(400, "ValidationError", {"message": (
                 f"Inference component {named} not found on endpoint {match['name']}." if named else
                 f"Endpoint {match['name']} hosts inference components: name one (InferenceComponentName).")})
             return
+        self.server.last_route = (match["name"], wanted)
         content_type = self.headers.get("Content-Type", "application/json")
         if match["op"] == "invocations":
             self._invoke(body, content_type)
@@ -108,7 +111,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._error(424, "ModelError", {
             "ErrorCode": f"{kind.upper()}_ERROR_FROM_MODEL", "OriginalStatusCode": status, "OriginalMessage": text,
             "Message": f"Received {kind} error ({status}) from primary with message \"{text}\".",
-            "LogStreamArn": f"arn:aws:logs:local:123456789012:log-group:/aws/sagemaker/Endpoints/{self.server.endpoint_name}"})
+            "LogStreamArn": f"arn:aws:logs:local:123456789012:log-group:/aws/sagemaker/Endpoints/{self.server.last_route[0]}"})
 
     def _invoke(self, body: bytes, content_type: str) -> None:
         try:
@@ -159,14 +162,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class FrontDoor(ThreadingHTTPServer):
-    """``with FrontDoor(backend="http://127.0.0.1:8080", endpoint_name="peagle-dev") as door: door.url``."""
+    """``with FrontDoor(backend="http://127.0.0.1:8080", endpoints={"peagle-dev": None}) as door: door.url``.
+
+    ``endpoints``: each endpoint name it answers for, with the inference component a request must name there
+    (None: a single-model endpoint). ``last_route`` is the (endpoint, component) of the latest request."""
 
     daemon_threads = True
 
-    def __init__(self, *, backend: str, endpoint_name: str, component_name: str | None = None,
-                 port: int | None = None) -> None:
+    def __init__(self, *, backend: str, endpoints: Mapping[str, str | None], port: int | None = None) -> None:
         super().__init__(("127.0.0.1", port or free_port()), _Handler)
-        self.backend, self.endpoint_name, self.component_name = backend.rstrip("/"), endpoint_name, component_name
+        self.backend, self.endpoints = backend.rstrip("/"), dict(endpoints)
+        self.last_route: tuple[str, str | None] | None = None
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property

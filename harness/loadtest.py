@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"starting a runtime ({kind} pair) ...", flush=True)
             stack.callback(runtime.stop)
             runtime.start().wait_ready(timeout_s=900)
-            door = stack.enter_context(FrontDoor(backend=runtime.base, endpoint_name=env.endpoint_name,
-                                                 component_name=env.component_name))
+            door = stack.enter_context(FrontDoor(backend=runtime.base,
+                                                 endpoints={env.endpoint_name: env.component_name}))
             client = runtime_client(endpoint_url=door.url, max_connections=max(args.concurrency))
             what = f"local runtime ({kind} pair, CPU)"
         else:

@@ -99,7 +99,7 @@ def smoke_local(endpoint: str, *, component: str | None = None, base: str | None
             stack.callback(runtime.stop)
             runtime.start().wait_ready(timeout_s=900)
             base = runtime.base
-        door = stack.enter_context(FrontDoor(backend=base, endpoint_name=endpoint, component_name=component))
+        door = stack.enter_context(FrontDoor(backend=base, endpoints={endpoint: component}))
         print(f"SageMaker front door for {endpoint!r}{f' (component {component!r})' if component else ''} on "
               f"{door.url}; the boto3 client goes through it")
         request_lines = request_lines or (runtime.request_lines if runtime else None)

@@ -2,7 +2,7 @@
 place) on the pull request, written to the job summary, and the check's pass/fail decided.
 
     python -m review.pr_comment --reviews stack-diff.json [--summary "$GITHUB_STEP_SUMMARY"] [--post]
-        [--acknowledged] [--artifact-url URL] [--output comment.md]
+        [--acknowledged | --acknowledge-label NAME] [--artifact-url URL] [--output comment.md]
 
 What a reader sees, in order: the verdict; destructive changes first (an endpoint or inference component
 replaced or removed - a renamed endpoint is a removal plus an addition, a replacement - and any other
@@ -13,8 +13,12 @@ comment over 65,536 characters: the details are folded, then each stage's part i
 full diff (the job's artifact).
 
 Exit status: 1 when a change would take an endpoint down (or SageMaker would refuse it) and nobody
-acknowledged it (``--acknowledged``: a label or a workflow input), else 0. Posting needs GITHUB_TOKEN,
-GITHUB_REPOSITORY and PR_NUMBER; a token that may not comment (a fork's pull request) only warns.
+acknowledged it, else 0. ``--acknowledged`` says so outright (a workflow input); ``--acknowledge-label NAME``
+looks the pull request's labels up as they are now, through the REST API: the event's own copy of them is
+what the pull request had when the run was triggered, so re-running a failed check after adding the label
+would otherwise fail again. The event's labels (``GITHUB_EVENT_PATH``) are used only when the API refuses.
+Posting and the label look-up need GITHUB_TOKEN, GITHUB_REPOSITORY and PR_NUMBER (``GITHUB_API_URL`` when
+it is not api.github.com); a token that may not comment (a fork's pull request) only warns.
 """
 
 from __future__ import annotations
@@ -160,6 +164,40 @@ def post(comment: str, *, repository: str, pull_request: int, token: str,
     return _api("POST", f"{base}/{pull_request}/comments", token, {"body": comment})["html_url"]
 
 
+def current_labels(*, repository: str, pull_request: int, token: str, api: str = "https://api.github.com"
+                   ) -> list[str]:
+    """The pull request's labels now (its issue's labels: GitHub keeps a pull request's labels there)."""
+    names: list[str] = []
+    page = 1
+    while True:
+        labels = _api("GET", f"{api}/repos/{repository}/issues/{pull_request}/labels?per_page=100&page={page}", token)
+        names += [label["name"] for label in labels]
+        if len(labels) < 100:
+            return names
+        page += 1
+
+
+def _event_labels() -> list[str]:
+    path = os.environ.get("GITHUB_EVENT_PATH")
+    if not path or not Path(path).is_file():
+        return []
+    event = json.loads(Path(path).read_text())
+    return [label["name"] for label in (event.get("pull_request") or {}).get("labels", [])]
+
+
+def _acknowledged_by_label(label: str) -> bool:
+    try:
+        labels = current_labels(repository=os.environ["GITHUB_REPOSITORY"], pull_request=int(os.environ["PR_NUMBER"]),
+                                token=os.environ["GITHUB_TOKEN"],
+                                api=os.environ.get("GITHUB_API_URL", "https://api.github.com"))
+    except urllib.error.HTTPError as exc:
+        if exc.code not in (403, 404):
+            raise
+        labels = _event_labels()
+        print(f"::warning::could not read the pull request's labels ({exc.code}): the event's labels are used")
+    return label in labels
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m review.pr_comment", description=__doc__.splitlines()[0])
     parser.add_argument("--reviews", type=Path, required=True, help="review.stack_diff --json output")
@@ -167,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--summary", type=Path, help="append the Markdown here (GitHub's $GITHUB_STEP_SUMMARY)")
     parser.add_argument("--output", type=Path, help="also write the Markdown here")
     parser.add_argument("--post", action="store_true", help="post or update the pull request's comment")
-    parser.add_argument("--acknowledged", action="store_true", help="a destructive change is intended")
+    acknowledgement = parser.add_mutually_exclusive_group()
+    acknowledgement.add_argument("--acknowledged", action="store_true", help="a destructive change is intended")
+    acknowledgement.add_argument("--acknowledge-label", metavar="NAME",
+                                 help="a destructive change is intended when the pull request carries this label now")
     parser.add_argument("--artifact-url", help="where the full diff is (the job's artifact)")
     args = parser.parse_args(argv)
     data = json.loads(args.reviews.read_text())
@@ -188,9 +229,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             print(f"::warning::could not comment on the pull request ({exc.code}; a fork's token may not): "
                   "the diff is in the job summary")
-    fail = should_fail(reviews, acknowledged=args.acknowledged)
+    acknowledged = args.acknowledged
+    if args.acknowledge_label and any(r.verdict == FAIL for r in reviews):
+        acknowledged = _acknowledged_by_label(args.acknowledge_label)
+    fail = should_fail(reviews, acknowledged=acknowledged)
     if any(r.verdict == FAIL for r in reviews):
-        print("a destructive change " + ("was acknowledged" if args.acknowledged else
+        print("a destructive change " + ("was acknowledged" if acknowledged else
                                          "needs a different rollout (or the acknowledgement label)"))
     return 1 if fail else 0
 

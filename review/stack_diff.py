@@ -518,7 +518,24 @@ def cli_diff(repo: Path, head: Path, base_template: Path | None, display_name: s
     text = ((proc.stdout or "") + (proc.stderr or "")).strip()
     if proc.returncode not in (0, 1):
         raise DiffError(f"cdk diff {display_name} failed (exit {proc.returncode}):\n{text[-2000:]}")
-    return "\n".join(line for line in text.splitlines() if not line.startswith(("✨", "NOTICES")))
+    return _diff_only(text)
+
+
+# After the diff the CLI reports the assembly's annotations (a synth warning with the jsii frame that
+# raised it, e.g. `/tmp/tmpab12/lib/program.js:1:5591`) and its summary: not part of the change.
+_AFTER_DIFF = re.compile(r"^(✨|NOTICES|(WARNING|ERROR|INFO) |\S+\.js:\d+:\d+$)")
+
+
+def _diff_only(text: str) -> str:
+    """The CLI's diff of one stack: from its ``Stack`` header to the first line of what the CLI adds after it."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Stack ")), 0)
+    kept = []
+    for line in lines[start:]:
+        if _AFTER_DIFF.match(line):
+            break
+        kept.append(line)
+    return "\n".join(kept).rstrip()
 
 
 def security_diff(repo: Path, head: Path, base_template: Path | None, display_name: str) -> str:

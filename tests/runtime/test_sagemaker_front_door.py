@@ -15,7 +15,7 @@ ENDPOINT = "peagle-dev"
 
 @pytest.fixture(scope="module")
 def door(server):
-    with FrontDoor(backend=server.base, endpoint_name=ENDPOINT) as front:
+    with FrontDoor(backend=server.base, endpoints={ENDPOINT: None}) as front:
         yield front
 
 
@@ -45,7 +45,7 @@ def test_an_unknown_endpoint_is_sagemakers_validation_error(door):
 def test_an_endpoint_of_inference_components_is_invoked_naming_one(server):
     """boto3 sends InferenceComponentName as its header; the front door of a components endpoint wants it."""
     component = "peagle-dev-gpt-oss-20b"
-    with FrontDoor(backend=server.base, endpoint_name=ENDPOINT, component_name=component) as front:
+    with FrontDoor(backend=server.base, endpoints={ENDPOINT: component}) as front:
         client = runtime_client(endpoint_url=front.url)
         body = {"prompt": "Once upon a time", "max_tokens": 4, "ignore_eos": True, "temperature": 0}
         assert invoke(client, ENDPOINT, body, component=component).output_tokens == 4
