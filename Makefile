@@ -4,6 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ENV ?= dev
 TARGET ?= local
+# One Node.js everywhere: the version package.json pins (npm's `node` package), first on PATH for the CDK CLI
+# and for jsii under every target, whatever Node the machine has (it only runs the first `npm ci`).
+export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 # The pull request's base: origin/main in a clone, else the local main branch.
 BASE ?= $(shell git rev-parse --verify -q origin/main >/dev/null && echo origin/main || echo main)
 

@@ -17,7 +17,8 @@ from typing import Mapping, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# The Node 20 end-of-life banner on every jsii start, telemetry and notices: noise in logs and CI.
+# Telemetry and notices, and the end-of-life banner jsii prints on an old Node (a process started outside
+# `make`, without the pinned Node first on PATH): noise in logs and CI.
 QUIET_CDK_ENV = {
     "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
     "CDK_DISABLE_CLI_TELEMETRY": "true",
@@ -42,10 +43,11 @@ def cdk_command(cwd: Path = REPO_ROOT) -> list[str]:
 def cdk_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.update(QUIET_CDK_ENV)
-    # The app command in cdk.json is the venv's python; make `python3 app.py` variants find it too.
-    venv_bin = str(Path(sys.executable).parent)
-    if venv_bin not in env.get("PATH", "").split(os.pathsep):
-        env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
+    # The app command in cdk.json is the venv's python; make `python3 app.py` variants find it too. The
+    # Node.js package.json pins runs the CLI and the app's jsii (the CLI's `#!/usr/bin/env node`).
+    for folder in (str(Path(sys.executable).parent), str(REPO_ROOT / "node_modules" / ".bin")):
+        if folder not in env.get("PATH", "").split(os.pathsep):
+            env["PATH"] = folder + os.pathsep + env.get("PATH", "")
     return env
 
 

@@ -92,7 +92,7 @@ def job_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 @dataclass
 class JobResult:
-    name: str  # act's name: "<job>" or "<caller job>/<called workflow>/<job>"
+    name: str  # act's name: "<workflow name>/<job name>", or "<caller job id>/<workflow name>/<job name>"
     result: str | None = None  # success, failure, or None when the job never finished
     steps: list[tuple[str, str]] = field(default_factory=list)  # (step name, result)
     output: list[str] = field(default_factory=list)
@@ -114,17 +114,16 @@ class RunResult:
     log: Path
     artifacts: Path
 
-    def job(self, name: str) -> JobResult | None:
-        """A job by act's name or by its first part (the caller's job id for a reusable workflow's job)."""
-        if name in self.jobs:
-            return self.jobs[name]
-        return next((j for key, j in self.jobs.items() if key.split("/")[0] == name), None)
+    def job(self, job_id: str) -> JobResult | None:
+        """A job by its id in the workflow (for a reusable workflow's job: the calling job's id)."""
+        return self.jobs.get(job_id)
 
     def describe(self) -> str:
-        return ", ".join(f"{name}: {job.result}" for name, job in self.jobs.items()) or "no job ran"
+        return ", ".join(f"{job_id}: {job.result}" for job_id, job in self.jobs.items()) or "no job ran"
 
 
 def parse_log(lines: list[str]) -> dict[str, JobResult]:
+    """Job id -> what act reported of it, in the order the jobs started."""
     jobs: dict[str, JobResult] = {}
     for line in lines:
         try:
@@ -132,9 +131,11 @@ def parse_log(lines: list[str]) -> dict[str, JobResult]:
         except json.JSONDecodeError:
             continue
         name = entry.get("job")
-        if not name:
+        if not name or "jobID" not in entry:
             continue
-        job = jobs.setdefault(name, JobResult(name=name))
+        parts = name.split("/")
+        job_id = parts[0] if len(parts) == 3 else entry["jobID"]  # a called workflow's job: its caller's id
+        job = jobs.setdefault(job_id, JobResult(name=name))
         if "jobResult" in entry:
             job.result = entry["jobResult"]
         elif "stepResult" in entry and entry.get("stage", "Main") in ("Main", "Post"):

@@ -3,6 +3,8 @@ the pull requests, one local runtime for the promotions (each promotion gets an 
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -30,6 +32,9 @@ def run_scenarios(root: Path, *, only: Sequence[str] | None = None, echo: Callab
             for name in (n for n in chosen if n in PULL_REQUESTS):
                 log(f"rehearsal: {name} ...")
                 outcomes.append(PULL_REQUESTS[name](scratch, api, echo=echo))
+            # What GitHub would have received, for a reader of the comments.
+            (root / "github-api.json").write_text(json.dumps(
+                {"calls": [asdict(call) for call in api.state.calls], "comments": api.state.comments}, indent=2))
     if any(name in PROMOTIONS for name in chosen):
         runtime = local_runtime(root / "runtime")
         log("rehearsal: starting the local runtime every endpoint is served by ...")

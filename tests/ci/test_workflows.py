@@ -127,3 +127,8 @@ def test_the_promotion_deploys_one_assembly_through_the_stages_in_order():
     assert not any("aws-access-key-id" in step.get("with", {}) for step in deploy["steps"])  # OIDC only
     download = [step for step in deploy["steps"] if "download-artifact" in step.get("uses", "")]
     assert download and download[0]["with"]["name"] == "cloud-assembly"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_workflow_turns_the_cdk_clis_telemetry_off(path):
+    assert yaml.safe_load(path.read_text()).get("env", {}).get("CDK_DISABLE_CLI_TELEMETRY") == "true"
