@@ -42,7 +42,7 @@ class GitHubState:
     calls: list[Call] = field(default_factory=list)
 
     def comments_on(self, number: int) -> list[dict]:
-        return [c for c in self.comments.values() if c["number"] == number]
+        return [{"id": cid, **c} for cid, c in sorted(self.comments.items()) if c["number"] == number]
 
 
 class GitHubApi:

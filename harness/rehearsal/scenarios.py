@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness.rehearsal.engine import REPOSITORY, TOKEN, RunResult, Scratch
+from harness.rehearsal.engine import REPOSITORY, TOKEN, JobResult, RunResult, Scratch
 
 ACK_LABEL = "stack-diff-acknowledged"
 PR_JOB = "diff"  # stack-diff.yml's job id
@@ -77,6 +77,18 @@ def pull_request_payload(scratch: Scratch, *, number: int, action: str, head: st
                              "head": {"sha": head, "ref": branch}, "base": {"sha": scratch.main, "ref": "main"}}}
 
 
+def _check_pull_request(scratch: Scratch, api, out: Outcome, payload: dict, *, label: str, echo) -> JobResult | None:
+    """One run of the stack-diff workflow for ``payload``, kept in ``out``; returns its job."""
+    head = payload["pull_request"]["head"]["sha"]
+    run = scratch.run("pull_request", payload, sha=head, label=label, env={"GITHUB_API_URL": api.url}, echo=echo)
+    out.runs.append(run)
+    return run.job(PR_JOB)
+
+
+def _result(job: JobResult | None) -> str:
+    return f"{job.result}" if job else "the job never ran"
+
+
 def _posted(api, number: int) -> list[dict]:
     return api.state.comments_on(number)
 
@@ -89,12 +101,9 @@ def pull_request_change_k(scratch: Scratch, api, *, echo=None) -> Outcome:
     out = Outcome("a pull request that changes K: the check passes, one comment, updated in place")
     number, branch = 11, "change-prod-k"
     first = scratch.commit(parent=scratch.main, branch=branch, message="Prod drafts 5 tokens", edit=_prod_k(7, 5))
-    run = scratch.run("pull_request", pull_request_payload(scratch, number=number, action="opened", head=first,
-                                                           branch=branch),
-                      sha=first, label="pr-change-k", env={"GITHUB_API_URL": api.url}, echo=echo)
-    out.runs.append(run)
-    job = run.job(PR_JOB)
-    out.check("the stack-diff job passes", job is not None and job.result == "success", run.describe())
+    job = _check_pull_request(scratch, api, out, pull_request_payload(
+        scratch, number=number, action="opened", head=first, branch=branch), label="pr-change-k", echo=echo)
+    out.check("the stack-diff job passes", job is not None and job.result == "success", _result(job))
     comments = _posted(api, number)
     out.check("one comment is posted", len(comments) == 1 and _writes(api).count(
         f"POST /repos/{REPOSITORY}/issues/{number}/comments") == 1, f"writes: {_writes(api)}")
@@ -105,14 +114,12 @@ def pull_request_change_k(scratch: Scratch, api, *, echo=None) -> Outcome:
     out.check("the job summary holds the per-stage table",
               "### Per stage" in summary and all(f"`{stage}/PEagle`" in summary for stage in ("Dev", "Staging", "Prod")),
               f"{len(summary)} characters")
-    first_id = next(iter(api.state.comments), None)
+    first_id = comments[0]["id"] if comments else None
     second = scratch.commit(parent=first, branch=branch, message="Prod drafts 6 tokens", edit=_prod_k(5, 6))
-    run = scratch.run("pull_request", pull_request_payload(scratch, number=number, action="synchronize", head=second,
-                                                           branch=branch),
-                      sha=second, label="pr-change-k-again", env={"GITHUB_API_URL": api.url}, echo=echo)
-    out.runs.append(run)
-    job = run.job(PR_JOB)
-    out.check("the second push's check passes", job is not None and job.result == "success", run.describe())
+    job = _check_pull_request(scratch, api, out, pull_request_payload(
+        scratch, number=number, action="synchronize", head=second, branch=branch), label="pr-change-k-again",
+        echo=echo)
+    out.check("the second push's check passes", job is not None and job.result == "success", _result(job))
     comments = _posted(api, number)
     patched = f"PATCH /repos/{REPOSITORY}/issues/comments/{first_id}"
     out.check("the second push updates the same comment", len(comments) == 1 and patched in _writes(api)
@@ -131,10 +138,8 @@ def pull_request_rename_endpoint(scratch: Scratch, api, *, echo=None) -> Outcome
     number, branch = 12, "rename-prod-endpoint"
     head = scratch.commit(parent=scratch.main, branch=branch, message="Prod endpoint renamed", edit=_rename_prod)
     payload = pull_request_payload(scratch, number=number, action="opened", head=head, branch=branch)
-    run = scratch.run("pull_request", payload, sha=head, label="pr-rename", env={"GITHUB_API_URL": api.url}, echo=echo)
-    out.runs.append(run)
-    job = run.job(PR_JOB)
-    out.check("the stack-diff job fails", job is not None and job.result == "failure", run.describe())
+    job = _check_pull_request(scratch, api, out, payload, label="pr-rename", echo=echo)
+    out.check("the stack-diff job fails", job is not None and job.result == "failure", _result(job))
     out.check("it fails at the decision, after the diff and the comment",
               job is not None and job.step("Diff every stage") == "success"
               and job.step("Comment, summarise, decide") == "failure", str(job.steps if job else None))
@@ -144,11 +149,8 @@ def pull_request_rename_endpoint(scratch: Scratch, api, *, echo=None) -> Outcome
               and "Prod/PEagle" in body.split("### Per stage")[0] and "❌" in body, body[:300])
     api.set_labels(number, [ACK_LABEL])
     # GitHub's "re-run" sends the original payload again: no label in it. The label is read from the API.
-    run = scratch.run("pull_request", payload, sha=head, label="pr-rename-rerun-labelled",
-                      env={"GITHUB_API_URL": api.url}, echo=echo)
-    out.runs.append(run)
-    job = run.job(PR_JOB)
-    out.check("with the label, the re-run passes", job is not None and job.result == "success", run.describe())
+    job = _check_pull_request(scratch, api, out, payload, label="pr-rename-rerun-labelled", echo=echo)
+    out.check("with the label, the re-run passes", job is not None and job.result == "success", _result(job))
     out.check("the labels were read from the API",
               any(c.method == "GET" and c.path.endswith(f"/issues/{number}/labels") for c in api.state.calls))
     out.check("still one comment on the pull request", len(_posted(api, number)) == 1, f"writes: {_writes(api)}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import urllib.error
 from dataclasses import replace
 from pathlib import Path
 
@@ -208,3 +209,40 @@ def test_the_check_fails_on_a_destructive_change_unless_acknowledged(reviews, tm
 def test_an_update_sagemaker_refuses_is_listed_with_the_destructive_changes(reviews):
     lines = pr_comment.destructive([reviews["instance-type"]])
     assert lines and lines[0].startswith("- ❌") and "instance type" in lines[0]
+
+
+def test_the_acknowledgement_label_is_read_as_the_pull_request_has_it_now(reviews, tmp_path, monkeypatch):
+    """Through the GitHub API stand-in (harness/rehearsal/github_api.py) on loopback: the comment is created,
+    then updated in place; the label is looked up live, so a run whose event payload has no label passes
+    once the pull request carries it."""
+    from harness.rehearsal.github_api import GitHubApi
+
+    path = tmp_path / "reviews.json"
+    path.write_text(json.dumps({"base": "main", "reviews": [reviews["endpoint-name"].to_json()]}))
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 5, "labels": []}}))
+    with GitHubApi(repository="o/r", token="t0k") as api:
+        monkeypatch.setenv("GITHUB_API_URL", api.url)
+        monkeypatch.setenv("GITHUB_REPOSITORY", "o/r")
+        monkeypatch.setenv("GITHUB_TOKEN", "t0k")
+        monkeypatch.setenv("PR_NUMBER", "5")
+        monkeypatch.setenv("GITHUB_EVENT_PATH", str(event))
+        args = ["--reviews", str(path), "--post", "--acknowledge-label", "stack-diff-acknowledged"]
+        assert pr_comment.main(args) == 1
+        api.set_labels(5, ["stack-diff-acknowledged"])
+        assert pr_comment.main(args) == 0
+        writes = [(c.method, c.path) for c in api.state.calls if c.method != "GET"]
+        assert writes == [("POST", "/repos/o/r/issues/5/comments"), ("PATCH", "/repos/o/r/issues/comments/1001")]
+        assert len(api.state.comments_on(5)) == 1
+        # Bad credentials are an error, not a check that quietly passes or fails.
+        monkeypatch.setenv("GITHUB_TOKEN", "another")
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            pr_comment.main(args)
+
+
+def test_the_cli_diff_in_the_comment_ends_where_the_diff_ends():
+    cli = ("Stack Prod/PEagle (Prod-PEagle)\nResources\n[~] AWS::SageMaker::Model PEagle/Serving/Model replace\n\n\n"
+           "/tmp/tmpab12/lib/program.js:1:5591\nWARNING synthesized offline with the placeholder account\n"
+           "   Prod/PEagle\n   Acknowledge with 'Annotation::peagle:offline-account'\n\n✨  Number of stacks with differences: 1")
+    assert stack_diff._diff_only("some preamble\n" + cli) == (
+        "Stack Prod/PEagle (Prod-PEagle)\nResources\n[~] AWS::SageMaker::Model PEagle/Serving/Model replace")
