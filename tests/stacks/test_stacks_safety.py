@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from peagle_constructs.security import NAG_PACKS
+from peagle_constructs.security import NAG_PACKS, control_tower_rules
 from tests.stacks.template_helpers import STAGES
 
 CFN_LINT = Path(sys.executable).with_name("cfn-lint")
@@ -27,7 +28,38 @@ def test_nag_pack_passes(synthesized_app, name, pack):
 def test_packs_are_registered_on_every_stage(synthesized_app):
     for name, stage in synthesized_app.stages.items():
         names = sorted(plugin.name for plugin in stage.policy_validation_beta1)
-        assert names == sorted(pack().name for pack in NAG_PACKS) and len(names) == 4, name
+        expected = sorted([*(pack().name for pack in NAG_PACKS), control_tower_rules().name])
+        assert names == expected and len(names) == 5 and "cdk-validator-cfnguard" in names, name
+
+
+def test_every_key_limits_grants_to_aws_services_or_control_tower_fails_synth(tmp_path, monkeypatch):
+    """Negative control for the Guard rules: without the CT.KMS.PR.3 statement on every key, synth stops, and
+    the report names each key; with it (every other test's synth) it passes."""
+    from aws_cdk import App
+
+    from stacks.application import OFFLINE, build_app
+    from stacks.environments import ENVIRONMENTS
+
+    for module in ("peagle_endpoint", "monitoring", "components"):
+        monkeypatch.setattr(f"peagle_constructs.{module}.limit_grants_to_aws_services", lambda key: key)
+    app = App(outdir=str(tmp_path), context=OFFLINE)
+    build_app(app, ENVIRONMENTS)
+    with pytest.raises(Exception, match="ValidationFailed"):
+        app.synth()
+    report = json.loads((tmp_path / "validation-report.json").read_text())
+    assert {r["pluginName"] for r in report["pluginReports"]} == {"cdk-validator-cfnguard"}  # one per stage
+    failed = {(c["cloudFormationResource"]["templatePath"].split("/")[0], c["cloudFormationResource"]["logicalId"])
+              for r in report["pluginReports"] for v in r["violations"] if "[CT.KMS.PR.3]" in v["description"]
+              for c in v["violatingConstructs"] if "cloudFormationResource" in c}
+    keys = set(_keys(tmp_path))
+    assert len(keys) >= 4 and failed == keys
+
+
+def _keys(outdir):
+    for template in sorted(outdir.glob("assembly-*/*.template.json")):
+        for logical, resource in json.loads(template.read_text())["Resources"].items():
+            if resource["Type"] == "AWS::KMS::Key":
+                yield template.parent.name, logical
 
 
 def test_an_unacknowledged_finding_fails_synth(tmp_path, monkeypatch):

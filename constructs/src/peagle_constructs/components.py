@@ -53,6 +53,7 @@ from peagle_constructs.presets import ModelPreset
 from peagle_constructs.sagemaker_names import (
     COMPONENT_METRICS_NAMESPACE, ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE,
 )
+from peagle_constructs.security import limit_grants_to_aws_services
 
 # The share of each copy's slice of host memory and cores that the defaults leave unreserved.
 HOST_HEADROOM = 0.2
@@ -168,8 +169,9 @@ class PEagleComponentEndpoint(Construct):
         if encrypt_volume is None:
             encrypt_volume = not self.instance_type.local_nvme
 
-        self.key = kms.Key(self, "Key", enable_key_rotation=True, removal_policy=removal_policy,
-                           description=f"P-EAGLE endpoint {self.endpoint_name}: storage volume and endpoint logs")
+        self.key = limit_grants_to_aws_services(kms.Key(
+            self, "Key", enable_key_rotation=True, removal_policy=removal_policy,
+            description=f"P-EAGLE endpoint {self.endpoint_name}: storage volume and endpoint logs"))
         self.role = iam.Role(
             self, "ExecutionRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description="P-EAGLE fleet execution role: each component's weights, image and log group, the fleet's logs",

@@ -41,6 +41,7 @@ from peagle_constructs.sagemaker_names import (
     COMPONENT_LOG_GROUP_PREFIX, COMPONENT_METRICS_NAMESPACE, ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE,
     INVOCATION_METRICS_NAMESPACE,
 )
+from peagle_constructs.security import limit_grants_to_aws_services
 
 _FIELDS_BY_METRIC = {f.metric_name: f for f in METRIC_FIELDS}
 
@@ -139,10 +140,10 @@ class EndpointMonitoring(Construct):
         self.thresholds = thresholds
         self.namespace = namespace or f"{request_log.DEFAULT_NAMESPACE}/{watched}"
         self.alarm_name_prefix = f"{watched}-"
-        self.key = encryption_key or kms.Key(
+        self.key = encryption_key or limit_grants_to_aws_services(kms.Key(
             self, "Key", enable_key_rotation=True, removal_policy=removal_policy,
             description=f"Encrypts the logs and alarm topic of {what}",
-        )
+        ))
 
         log_group_name = (f"{COMPONENT_LOG_GROUP_PREFIX}{component_name}" if component_name
                           else f"{ENDPOINT_LOG_GROUP_PREFIX}{endpoint_name}")

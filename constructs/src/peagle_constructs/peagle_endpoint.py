@@ -29,6 +29,7 @@ from peagle_constructs.monitoring import AlarmThresholds, EndpointMonitoring
 from peagle_constructs.native_metrics import DetailedObservability
 from peagle_constructs.notifications import AlarmSubscriber
 from peagle_constructs.presets import ModelPreset
+from peagle_constructs.security import limit_grants_to_aws_services
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,10 +103,10 @@ class PEagleEndpoint(Construct):
         self.variant_name = DEFAULT_VARIANT_NAME
         scaling = self._scaling_bounds(autoscaling, instance_count)
 
-        self.key = kms.Key(
+        self.key = limit_grants_to_aws_services(kms.Key(
             self, "Key", enable_key_rotation=True, removal_policy=removal_policy,
             description=f"P-EAGLE endpoint {self.endpoint_name}: storage volume, logs and alarm topic",
-        )
+        ))
         self.monitoring = EndpointMonitoring(
             self, "Monitoring",
             endpoint_name=self.endpoint_name, variant_name=self.variant_name,

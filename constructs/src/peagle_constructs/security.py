@@ -1,9 +1,12 @@
-"""Security in one place: the cdk-nag packs we hold every stack to, and every acknowledged finding.
+"""Security in one place: the policy packs we hold every stack to, and every acknowledged finding.
 
-cdk-nag 3 is a policy-validation plugin (``Validations.of(app).add_plugins``), not an Aspect. Each
-acknowledgement names ONE finding (``RuleId[FindingId]``; v3 has no prefix matching) on the construct
-that raises it, with the reason it is acceptable. Nothing else in the library or the stacks acknowledges
-findings: read this file to review what the stacks are allowed to break and why.
+The packs are CDK policy-validation plugins (``Validations.of(app).add_plugins``), run at synth: the four
+cdk-nag packs and AWS Control Tower's proactive controls as CloudFormation Guard rules (cdk-validator-
+cfnguard; the Guard binary and the rules ship inside its package, nothing is downloaded at synth). Each
+acknowledgement names ONE finding (nag: ``RuleId[FindingId]``, no prefix matching; Guard:
+``cdk-validator-cfnguard::<rule>``) on the construct that raises it, with the reason it is acceptable.
+Nothing else in the library or the stacks acknowledges findings: read this file to review what the stacks
+are allowed to break and why. (No Control Tower rule needs one today.)
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from aws_cdk import Acknowledgment, Validations
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NagPack, NIST80053R5Checks, PCIDSS321Checks
+from cdklabs.cdk_validator_cfnguard import CfnGuardValidator
 from constructs import IConstruct
 
 from peagle_constructs.sagemaker_names import ENDPOINT_LOG_GROUP_PREFIX
@@ -21,14 +27,25 @@ NAG_PACKS: tuple[Callable[..., NagPack], ...] = (
 )
 
 
-def add_nag_packs(scope: IConstruct) -> list[NagPack]:
-    """Register every pack on ``scope``, a Stage or App: ``cdk synth`` then fails on any open finding.
+# checkov (run on the synthesized templates in `make test`, not a synth plugin): the checks it may skip, each
+# with its reason, passed as --skip-check. None is needed today.
+CHECKOV_ACKNOWLEDGED: dict[str, str] = {}
+
+
+def control_tower_rules() -> CfnGuardValidator:
+    """AWS Control Tower's proactive controls (CT.*), judged by CloudFormation Guard on each template."""
+    return CfnGuardValidator(control_tower_rules_enabled=True)
+
+
+def add_nag_packs(scope: IConstruct) -> list:
+    """Register every pack on ``scope``, a Stage or App - the four cdk-nag packs and AWS Control Tower's
+    Guard rules: ``cdk synth`` then fails on any open finding.
 
     CDK runs a plugin on the stacks of the Stage it is registered on (not on nested Stages).
     """
-    packs = [pack(scope) for pack in NAG_PACKS]
-    Validations.of(scope).add_plugins(*packs)
-    return packs
+    plugins = [*(pack(scope) for pack in NAG_PACKS), control_tower_rules()]
+    Validations.of(scope).add_plugins(*plugins)
+    return plugins
 
 
 def _acknowledge(construct: IConstruct, finding: str, reason: str) -> None:
@@ -37,6 +54,23 @@ def _acknowledge(construct: IConstruct, finding: str, reason: str) -> None:
 
 def _resource_finding(rule: str, resource: str) -> str:
     return f"{rule}[Resource::{resource}]"
+
+
+# -- KMS keys ----------------------------------------------------------------------------------------
+
+
+def limit_grants_to_aws_services(key: kms.Key) -> kms.Key:
+    """AWS Control Tower's CT.KMS.PR.3 on ``key``: every principal is denied ``kms:CreateGrant`` unless the
+    grant is for an AWS resource or asked by an AWS service (``BoolIfExists``: both flags false denies).
+    SageMaker's storage-volume encryption creates its grants on the caller's behalf (the grant is for an AWS
+    resource), so it keeps working; a grant made directly by a user or role, which would hand the key on
+    outside its key policy, is refused. Every key of this library passes through here."""
+    key.add_to_resource_policy(iam.PolicyStatement(
+        sid="GrantsOnlyForAwsResources", effect=iam.Effect.DENY, principals=[iam.AnyPrincipal()],
+        actions=["kms:CreateGrant"], resources=["*"],
+        conditions={"BoolIfExists": {"kms:GrantIsForAWSResource": "false", "aws:PrincipalIsAWSService": "false"}},
+    ))
+    return key
 
 
 # -- the model's execution role ---------------------------------------------------------------------
