@@ -38,7 +38,8 @@ def run_scenarios(root: Path, *, only: Sequence[str] | None = None, echo: Callab
     if any(name in PROMOTIONS for name in chosen):
         runtime = local_runtime(root / "runtime")
         log("rehearsal: starting the local runtime every endpoint is served by ...")
-        with runtime.start().wait_ready(timeout_s=900):
+        try:
+            runtime.start().wait_ready(timeout_s=900)
             for name in (n for n in chosen if n in PROMOTIONS):
                 scenario, dev_answers = PROMOTIONS[name]
                 answering = {env.endpoint_name: env.component_name for env in ENVIRONMENTS
@@ -46,6 +47,8 @@ def run_scenarios(root: Path, *, only: Sequence[str] | None = None, echo: Callab
                 log(f"rehearsal: {name} (an empty embedded account) ...")
                 with EmbeddedAccount(root / name, runtime=runtime, answering=answering) as account:
                     outcomes.append(scenario(scratch, account, echo=echo))
+        finally:
+            runtime.stop()
     if "old-setuptools" in chosen:
         log("rehearsal: old-setuptools (negative control) ...")
         outcomes.append(scenarios.old_setuptools_fails_synth(scratch, echo=echo))
