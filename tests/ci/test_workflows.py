@@ -29,7 +29,8 @@ def _schema(*paths: Path) -> subprocess.CompletedProcess:
 
 def _zizmor(*paths: Path) -> subprocess.CompletedProcess:
     # Offline: the audits that need GitHub's API are skipped. Every severity counts, informational included.
-    return subprocess.run([str(BIN / "zizmor"), "--offline", "--min-severity", "informational", *map(str, paths)],
+    return subprocess.run([str(BIN / "zizmor"), "--offline", "--color", "never", "--min-severity", "informational",
+                           *map(str, paths)],
                           capture_output=True, text=True)
 
 
