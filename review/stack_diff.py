@@ -522,7 +522,7 @@ def cli_diff(repo: Path, head: Path, base_template: Path | None, display_name: s
 
 
 # After the diff the CLI reports the assembly's annotations (a synth warning with the jsii frame that
-# raised it, e.g. `/tmp/tmpab12/lib/program.js:1:5591`) and its summary: not part of the change.
+# raised it, e.g. `<jsii temp dir>/lib/program.js:1:5591`) and its summary: not part of the change.
 _AFTER_DIFF = re.compile(r"^(✨|NOTICES|(WARNING|ERROR|INFO) |\S+\.js:\d+:\d+$)")
 
 

@@ -242,7 +242,7 @@ def test_the_acknowledgement_label_is_read_as_the_pull_request_has_it_now(review
 
 def test_the_cli_diff_in_the_comment_ends_where_the_diff_ends():
     cli = ("Stack Prod/PEagle (Prod-PEagle)\nResources\n[~] AWS::SageMaker::Model PEagle/Serving/Model replace\n\n\n"
-           "/tmp/tmpab12/lib/program.js:1:5591\nWARNING synthesized offline with the placeholder account\n"
+           "jsii-kernel-ab12/lib/program.js:1:5591\nWARNING synthesized offline with the placeholder account\n"
            "   Prod/PEagle\n   Acknowledge with 'Annotation::peagle:offline-account'\n\n✨  Number of stacks with differences: 1")
     assert stack_diff._diff_only("some preamble\n" + cli) == (
         "Stack Prod/PEagle (Prod-PEagle)\nResources\n[~] AWS::SageMaker::Model PEagle/Serving/Model replace")
