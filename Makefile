@@ -109,9 +109,10 @@ bench-synth: setup
 bench-cpu: setup
 	$(PY) bench/cpu_spec.py
 
-# Plain vs EAGLE-3 vs P-EAGLE on HumanEval with SmolLM2-135M-Instruct (builds real-models first if needed).
+# Plain vs EAGLE-3 vs P-EAGLE on HumanEval with SmolLM2-135M-Instruct, interleaved rounds (builds the heads first
+# if needed; RECIPE=compare: the demo-sized pair, minutes instead of hours).
 bench-real: setup
-	$(PY) bench/real_spec.py
+	$(PY) bench/real_spec.py $(if $(RECIPE),--recipe $(RECIPE))
 
 bench-middleware: setup
 	$(PY) bench/middleware_cost.py --layout $(or $(LAYOUT),paired)

@@ -44,6 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from paired_stats import median_interval  # noqa: E402 - bench/ is on the path when run as a script
 from harness.client import stream_invocation  # noqa: E402 - the repository's own packages, after the path is set
 from harness.runtime import LocalRuntime  # noqa: E402
 
@@ -136,16 +137,6 @@ def paired_rounds(servers: dict, *, rounds: int, max_tokens: int, schedule: tupl
         for pool in clients.values():
             pool.shutdown()
     return measured
-
-
-def median_interval(values: list[float], *, resamples: int = 4000, seed: int = 0) -> tuple[float, float]:
-    """A 90% bootstrap interval for the median of ``values``: how far the median of this many rounds can be
-    trusted, given how much they scatter."""
-    import random
-
-    rng = random.Random(seed)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
-    return medians[int(0.05 * resamples)], medians[int(0.95 * resamples) - 1]
 
 
 def sequential_rounds(servers: dict, *, rounds: int, max_tokens: int, schedule: tuple) -> dict[str, dict[str, list]]:

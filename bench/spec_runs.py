@@ -1,8 +1,9 @@
 """What the speculative-decoding benchmarks share: one vLLM engine per configuration in a child process, the
 counters read inside it, the comparison with plain decoding, the table, the plot and the report header.
 
-The front ends - bench/cpu_spec.py (the trained toy pair) and bench/real_spec.py (SmolLM2-135M-Instruct on
-HumanEval) - only choose the pair, the prompts and the configurations.
+bench/cpu_spec.py (the trained toy pair) runs its configurations one after another here; bench/real_spec.py
+(SmolLM2-135M-Instruct on HumanEval) runs them in interleaved rounds (bench/spec_rounds.py) and takes the
+configurations, the counters, the plot and the report header from here.
 
 Per configuration (same engine settings for all: fp32, enforce_eager, greedy; the same prompts, sent
 ``concurrency`` at a time):

@@ -7,13 +7,17 @@
 2. Deploys the Dev stage to an embedded AWS (moto's server + our CloudFormation extension) with the real
    CDK CLI and checks what each service holds (harness.deploy).
 3. Starts the serving runtime on the CPU the way the image does (peagle_runtime.entrypoint, SM_VLLM_*
-   variables, P-EAGLE speculative config with the Dev stage's K) on a real pretrained model,
-   SmolLM2-135M-Instruct, with its P-EAGLE head (models.real_pair: the benchmark's head when built, else
-   the smaller demo recipe, built on first use in about 10 minutes on 2 cores); ``--models demo`` serves
-   the toy pair, ``--models tiny`` random weights.
+   variables, P-EAGLE speculative config) on a real pretrained model, SmolLM2-135M-Instruct, with its P-EAGLE
+   head (models.real_pair: the benchmark's head when built, else the smaller demo recipe, built on first use
+   in about 10 minutes on 2 cores), and beside it vLLM's own server with plain decoding on the same target.
+   K is the one measured fastest on this machine for that head (when the pair was built, or by the committed
+   benchmark, bench/figures/real_spec.json), else the Dev stage's; ``--k`` overrides, and the Dev stage
+   itself keeps the K its GPU preset wants. ``--models demo`` serves the toy pair, ``--models tiny`` random
+   weights.
 4. Streams HumanEval coding problems (never in the heads' training data) through the SageMaker contract
-   (POST /invocations, chat messages, ``stream: true``) and prints time to first token, tokens per second
-   and the acceptance length (AL = 1 + accepted / drafts, from vLLM's spec-decode counters on /metrics).
+   (POST /invocations, chat messages, ``stream: true``) to both servers and prints them side by side: time to
+   first token, tokens per second, whether the greedy text is the same, the acceptance length (AL = 1 +
+   accepted / drafts, from vLLM's spec-decode counters on /metrics) and the acceptance per draft position.
 5. Tears everything down - runtime, stacks, emulator - also on failure and on Ctrl-C.
 """
 
@@ -178,6 +182,8 @@ class Pair:
     target: Path
     drafter: Path
     chat: bool  # an instruct model: requests go as chat messages
+    serve_k: dict | None = None  # the real pair's K measured fastest on this machine when its head was built
+    bench_k: dict | None = None  # else the committed benchmark's fastest K for this very head
 
 
 def _log(line: str) -> None:
@@ -190,12 +196,15 @@ def model_pair(kind: str) -> Pair:
     if kind == "real":
         pair = real_pair.existing("bench")
         if pair is not None:
-            return Pair("SmolLM2-135M-Instruct + the benchmark's P-EAGLE head", pair.target, pair.drafter, True)
+            return Pair("SmolLM2-135M-Instruct + the benchmark's P-EAGLE head", pair.target, pair.drafter, True,
+                        pair.report().get("serve_k"))
         if real_pair.existing("demo") is None:
             print("      building the real pair once (cached under ~/.cache/peagle/models): the target from its "
-                  "wheel, its answers to 160 coding tasks, its features, one P-EAGLE head")
+                  "wheel, its answers to 160 coding tasks, its features, one P-EAGLE head, and the K at which "
+                  "it is fastest here")
         pair = real_pair.build("demo", log=_log)
-        return Pair("SmolLM2-135M-Instruct + the demo recipe's P-EAGLE head", pair.target, pair.drafter, True)
+        return Pair("SmolLM2-135M-Instruct + the demo recipe's P-EAGLE head", pair.target, pair.drafter, True,
+                    pair.report().get("serve_k"), benchmark_k(pair.drafter))
     if kind == "demo":
         pair = demo_pair.existing_pair()
         if pair is None:
@@ -224,18 +233,67 @@ def dev_k(assembly: Path) -> int:
     return DEFAULT_K
 
 
-def start_runtime(pair: Pair, *, k: int) -> LocalRuntime:
+BENCH_REPORT = REPO / "bench" / "figures" / "real_spec.json"
+
+
+def benchmark_k(drafter: Path) -> dict | None:
+    """The committed benchmark's fastest P-EAGLE configuration at concurrency 1, when it measured this very head
+    (the same cache entry, so the same weights); else None."""
+    try:
+        report = json.loads(BENCH_REPORT.read_text())
+    except (OSError, ValueError):
+        return None
+    best = report.get("final", {}).get("concurrency_1", {}).get("p-eagle")
+    if not best or report.get("head_entries", {}).get(best.get("head")) != drafter.resolve().name:
+        return None
+    return {"k": int(best["k"]), "speedup_vs_plain": best["speedup_vs_plain"],
+            "ci90": best["speedup_vs_plain_90ci"], "date": report.get("date"), "rounds": best["rounds"]}
+
+
+def choose_k(pair: Pair, assembly: Path, override: int | None) -> tuple[int, str]:
+    """(K to serve, why): --k if given; else the K measured fastest on this machine for this head (when the
+    pair was built, or by the committed benchmark); else the Dev stage's. The Dev stage itself keeps the K
+    its GPU preset wants."""
+    dev = dev_k(assembly)
+    if override is not None:
+        return override, f"--k {override} (the Dev stage deploys K = {dev})"
+    if pair.serve_k:
+        speeds = ", ".join(f"{name.upper()} {tps:.1f}" for name, tps in pair.serve_k["tokens_per_s"].items())
+        return int(pair.serve_k["k"]), (
+            f"the fastest K on this machine, measured when the head was built (tok/s on held-out prompts: plain "
+            f"{pair.serve_k['plain_tokens_per_s']:.1f}, {speeds}); the Dev stage deploys K = {dev}, what its GPU "
+            "preset wants")
+    if pair.bench_k:
+        b = pair.bench_k
+        return int(b["k"]), (
+            f"the fastest K for this head in the committed benchmark (bench/figures/real_spec.json, {b['date']}: "
+            f"{b['speedup_vs_plain']:.2f}x plain decoding at concurrency 1, 90% interval {b['ci90'][0]:.2f}-"
+            f"{b['ci90'][1]:.2f} over {b['rounds']} rounds); the Dev stage deploys K = {dev}, what its GPU preset "
+            "wants")
+    return dev, "the Dev stage's num_speculative_tokens"
+
+
+def start_runtimes(pair: Pair, *, k: int) -> tuple[LocalRuntime, LocalRuntime]:
+    """Our entrypoint with P-EAGLE and vLLM's own server with plain decoding, same target and flags, started
+    side by side (each request then goes to both)."""
+    size = dict(max_num_seqs=8, max_model_len=2048 if pair.chat else 1024)
     runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, k=k, port=free_port(), log_dir=WORK,
-                           name="runtime", max_num_seqs=8, max_model_len=2048 if pair.chat else 1024)
-    runtime.start()
+                           name="runtime", **size)
+    plain = LocalRuntime(target=pair.target, drafter=None, port=free_port(), log_dir=WORK, name="plain", **size)
     started = time.monotonic()
-    with Ticker("engine starting", lambda: "| " + runtime.last_log_line()):
-        try:
+    runtime.start()
+    try:
+        plain.start()
+        with Ticker("engines starting", lambda: "| " + runtime.last_log_line()):
             runtime.wait_ready(timeout_s=900)
-        except RuntimeStartError as error:
-            raise DemoError(str(error)) from None
-    print(f"      /ping healthy after {time.monotonic() - started:.0f} s on {runtime.base}")
-    return runtime
+            plain.wait_ready(timeout_s=900)
+    except RuntimeStartError as error:
+        for r in (runtime, plain):
+            _teardown_runtime(r)
+        raise DemoError(str(error)) from None
+    print(f"      /ping healthy after {time.monotonic() - started:.0f} s: P-EAGLE on {runtime.base}, "
+          f"plain decoding on {plain.base}")
+    return runtime, plain
 
 
 def requests(pair: Pair, count: int) -> list[tuple[str, dict]]:
@@ -297,30 +355,22 @@ def main(argv: list[str] | None = None) -> int:
                 raise DemoError("the deploy check found missing resources (table above)")
             steps.done("deploy + check", t)
 
-            t = steps.start("start the serving runtime on the CPU (our entrypoint, vLLM, P-EAGLE)")
+            t = steps.start("start the serving runtime on the CPU (our entrypoint, vLLM, P-EAGLE) beside plain decoding")
             pair = model_pair(args.models)
-            k = args.k or dev_k(assembly)
+            k, why = choose_k(pair, assembly, args.k)
             print(f"      models: {pair.kind}\n      target  {pair.target}\n      drafter {pair.drafter}")
-            print(f"      K = {k} (the Dev stage's num_speculative_tokens){'' if args.k is None else ' - overridden'}")
-            runtime = start_runtime(pair, k=k)
+            print(f"      K = {k}: {why}")
+            runtime, plain = start_runtimes(pair, k=k)
             cleanup.callback(_teardown_runtime, runtime)
+            cleanup.callback(_teardown_runtime, plain)
             steps.done("models + engine start", t)
 
-            t = steps.start(f"send {args.requests} streamed requests through /invocations (SageMaker contract)")
-            request = {"max_tokens": args.max_tokens, "temperature": 0}
-            batch = requests(pair, args.requests)
-            stream_invocation(runtime.base, {**request, **batch[0][1], "max_tokens": 8})  # first-request costs
-            before = spec_metrics.scrape(runtime.base)
-            results = []
-            for i, (label, body) in enumerate(batch, 1):
-                r = stream_invocation(runtime.base, {**request, **body})
-                results.append(r)
-                shown = (label + r.text).replace("\n", "⏎")[:70]
-                print(f"      #{i}: TTFT {r.ttft_s * 1000:6.0f} ms  {r.output_tokens:3d} tokens  "
-                      f"{r.decode_tokens_per_s:6.1f} tok/s   {shown}", flush=True)
-            counters = spec_metrics.scrape(runtime.base) - before
+            t = steps.start(f"send {args.requests} streamed requests through /invocations (SageMaker contract) to "
+                            "P-EAGLE and to plain decoding")
+            results, baseline, counters = side_by_side(runtime, plain, requests(pair, args.requests),
+                                                       {"max_tokens": args.max_tokens, "temperature": 0})
             steps.done("requests", t)
-            _figures(results, counters, runtime, k)
+            _figures(results, baseline, counters, runtime, k)
             outcome = 0
         except KeyboardInterrupt:
             print("\ninterrupted: tearing down", flush=True)
@@ -360,21 +410,56 @@ def _teardown_stack(assembly: Path) -> None:
         server.stop(state_dir=deploy.STATE_DIR)
 
 
-def _figures(results: list[StreamResult], counters: spec_metrics.SpecCounters, runtime: LocalRuntime, k: int) -> None:
-    ttfts = sorted(r.ttft_s * 1000 for r in results)
-    tokens = sum(r.output_tokens for r in results)
-    wall = sum(r.e2e_s for r in results)
+def side_by_side(runtime: LocalRuntime, plain: LocalRuntime, batch: list[tuple[str, dict]], request: dict
+                 ) -> tuple[list[StreamResult], list[StreamResult], spec_metrics.SpecCounters]:
+    """Each request to both servers, one after the other (who goes first alternates, so neither always meets
+    the warmer cache); returns P-EAGLE's results, plain decoding's, and P-EAGLE's counters over the run."""
+    for server in (runtime, plain):  # first-request costs stay out of the figures
+        stream_invocation(server.base, {**request, **batch[0][1], "max_tokens": 8})
+    before = spec_metrics.scrape(runtime.base)
+    results, baseline = [], []
+    for i, (label, body) in enumerate(batch, 1):
+        order = (runtime, plain) if i % 2 else (plain, runtime)
+        got = {server.name: stream_invocation(server.base, {**request, **body}) for server in order}
+        r, b = got[runtime.name], got[plain.name]
+        results.append(r)
+        baseline.append(b)
+        same = "same text" if r.text == b.text else "TEXT DIFFERS"
+        shown = (label + r.text).replace("\n", "⏎")[:44]
+        print(f"      #{i}: P-EAGLE {r.decode_tokens_per_s:6.1f} tok/s  plain {b.decode_tokens_per_s:6.1f} tok/s  "
+              f"({_ratio(r.decode_tokens_per_s, b.decode_tokens_per_s)})  {r.output_tokens:3d} tokens, {same}   "
+              f"{shown}", flush=True)
+    return results, baseline, spec_metrics.scrape(runtime.base) - before
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b > 0 else "-"
+
+
+def _figures(results: list[StreamResult], baseline: list[StreamResult], counters: spec_metrics.SpecCounters,
+             runtime: LocalRuntime, k: int) -> None:
     print("\n      ------------------------------------------------------------")
-    print(f"      TTFT          median {statistics.median(ttfts):.0f} ms   max {ttfts[-1]:.0f} ms")
-    streams = [r.decode_tokens_per_s for r in results if r.output_tokens > 1] or [0.0]
-    print(f"      tokens/s      {statistics.median(streams):.1f} per stream after the first "
-          f"token (median);  {tokens / wall:.1f} end to end")
+    print(f"      {'':<28}{'P-EAGLE':>12}{'plain':>12}")
+    ttft = [statistics.median(r.ttft_s * 1000 for r in rs) for rs in (results, baseline)]
+    print(f"      {'TTFT, median (ms)':<28}{ttft[0]:>12.0f}{ttft[1]:>12.0f}")
+    streams = [statistics.median([r.decode_tokens_per_s for r in rs if r.output_tokens > 1] or [0.0])
+               for rs in (results, baseline)]
+    print(f"      {'tokens/s per stream, median':<28}{streams[0]:>12.1f}{streams[1]:>12.1f}   "
+          f"P-EAGLE / plain {_ratio(*streams)}")
+    ends = [sum(r.output_tokens for r in rs) / sum(r.e2e_s for r in rs) for rs in (results, baseline)]
+    print(f"      {'tokens/s end to end':<28}{ends[0]:>12.1f}{ends[1]:>12.1f}   P-EAGLE / plain {_ratio(*ends)}")
+    same = sum(r.text == b.text for r, b in zip(results, baseline))
+    print(f"      greedy output identical to plain decoding: {same} of {len(results)} requests")
     if counters.drafts > 0:
         print(f"      acceptance    AL = 1 + {counters.accepted:.0f} / {counters.drafts:.0f} = "
               f"{counters.acceptance_length:.2f} tokens per target step (K = {k}; "
               f"{counters.acceptance_rate or 0:.0%} of draft tokens accepted)")
+        print("      per position  " + "  ".join(f"{i}: {rate:.0%}" for i, rate in
+                                                  enumerate(counters.per_position_rates(), 1)))
     else:
         print("      acceptance    no drafts counted on /metrics (is speculative decoding on?)")
+    verdict = "faster" if streams[0] > streams[1] else "NOT faster"
+    print(f"      P-EAGLE is {verdict} than plain decoding here ({_ratio(*streams)} per stream)")
     lines = runtime.request_lines()
     if lines:
         print(f"      request log   {len(lines)} JSON line(s) for the metric filters, e.g.:\n      {json.dumps(lines[-1])}")

@@ -20,6 +20,13 @@ MANIFEST = "pair.json"
 REPORT = "training.json"
 
 
+
+def drafter_config(folder: Path, k: int, *, parallel: bool) -> dict:
+    """vLLM's speculative config for the head in ``folder``: P-EAGLE (parallel drafting) or EAGLE-3."""
+    if parallel:
+        return speculative_config(str(folder), num_speculative_tokens=k)
+    return {"method": "eagle3", "model": str(folder), "num_speculative_tokens": k}
+
 @dataclass(frozen=True)
 class ModelPair:
     root: Path
@@ -36,10 +43,10 @@ class ModelPair:
             drafter = self.drafter if head is None else self.other_drafters.get(head)
             if drafter is None:
                 raise ValueError(f"{self.root} has no P-EAGLE head {head!r}; allowed: {sorted(self.other_drafters)}")
-            return speculative_config(str(drafter), num_speculative_tokens=k)
+            return drafter_config(drafter, k, parallel=True)
         if self.eagle3_drafter is None:
             raise ValueError(f"{self.root} has no EAGLE-3 head")
-        return {"method": "eagle3", "model": str(self.eagle3_drafter), "num_speculative_tokens": k}
+        return drafter_config(self.eagle3_drafter, k, parallel=False)
 
     def report(self) -> dict:
         """What the builder measured while it trained (empty for an untrained pair)."""

@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from models import cache, layout, smollm2
-from models.pair import ModelPair, cached
-from models.trainer import coding_tasks, distill
+from models.pair import ModelPair, cached, drafter_config
+from models.trainer import coding_tasks, distill, serving_check
 from models.trainer.train_drafters import DrafterTraining
 
 # vLLM's own default for EAGLE-3 aux layers on a 30-layer target: (2, n // 2, n - 3).
@@ -62,34 +62,60 @@ class PairRecipe:
     heads: tuple[HeadRecipe, ...]
     serve: str  # the P-EAGLE head the pair serves with
     draft_vocab: int = 4096  # LM-head rows: the target's most frequent answer tokens
-    window: int = 128  # rows per training window
-    context: int = 16  # prompt rows before the answer in a window
-    held_out_samples: int = 48  # answers kept out of training, for the acceptance estimate
+    window: int = 1024  # rows per training window at most (the answers' max_model_len)
+    context: int | None = None  # None: a window is the whole prompt and answer, as vLLM drafts
+    distill_top_k: int = 32  # KL distillation to the target's top-k distribution; 0: its argmax only
+    held_out_samples: int = 48  # answers kept out of training, for the acceptance figures
+    gate_prompts: int = 12  # held-out prompts vLLM answers with each head (its measured acceptance)
+    gate_max_tokens: int = 128
+    # The serving head's acceptance length, measured by vLLM at its trained K on the held-out prompts, must
+    # reach this; below it the build fails (a head that drafts nothing vLLM accepts is not served).
+    min_acceptance_length: float = 1.0
+    # Measure the serving head's fastest K here when the pair is built (plain and each K: an engine each);
+    # False leaves it to the benchmark (the demo reads the committed one's), which keeps a fresh demo short.
+    measure_serve_k: bool = True
     threads: int = 1  # torch threads: a fixed count keeps the float sums, so the weights, reproducible
 
 
 # The target's shape: SmolLM2-135M's hidden width, heads and MLP width, so a drafter layer is one of its layers.
 DRAFTER_SHAPE = dict(hidden_size=576, num_heads=9, num_kv_heads=3, intermediate_size=1536)
-DEPTH = 7  # draft positions trained: K up to 7
 
 
-def _training(steps: int, *, batch: int, anchors: int | None, lr: float) -> DrafterTraining:
-    return DrafterTraining(steps=steps, batch_size=batch, depth=DEPTH, anchors=anchors, lr=lr, seed=0)
+def _training(steps: int, *, batch: int, anchors: int | None, lr: float, depth: int,
+              keep_decay: float | None = None) -> DrafterTraining:
+    return DrafterTraining(steps=steps, batch_size=batch, depth=depth, anchors=anchors, lr=lr, seed=0,
+                           keep_decay=keep_decay, learn_embedding=True)
 
 
+_DEMO_DATA = DataRecipe(tasks=160, max_tokens=128)
+_DEMO_HEAD = HeadRecipe("p_eagle", parallel=True, layers=2,
+                        training=_training(200, batch=8, anchors=32, lr=3e-3, depth=4, keep_decay=0.7))
+# EAGLE-3's steps at the P-EAGLE demo head's training time: its training-time test runs K passes over every
+# row, 2.6 s a step against P-EAGLE's 1.1 s (10 steps each, 2 idle cores, 2026-12-02).
+EAGLE3_DEMO_STEPS = 85
+
+# Every head: whole-prompt windows, KL to the target's top 32, a trainable embedding. P-EAGLE samples its
+# depths (0.7**k of the anchors at depth k, at least a fifth), so its deep rows cost little.
 RECIPES: dict[str, PairRecipe] = {
-    # Equal steps and windows for every head; P-EAGLE trains its deeper positions at 64 anchors per window.
     "bench": PairRecipe(
         data=DataRecipe(tasks=1600, max_tokens=256),
-        heads=(HeadRecipe("eagle3", parallel=False, layers=1, training=_training(500, batch=8, anchors=None, lr=3e-3)),
-               HeadRecipe("p_eagle", parallel=True, layers=1, training=_training(500, batch=8, anchors=64, lr=3e-3)),
+        heads=(HeadRecipe("eagle3", parallel=False, layers=1,
+                          training=_training(400, batch=8, anchors=None, lr=3e-3, depth=7)),
+               HeadRecipe("p_eagle", parallel=True, layers=1,
+                          training=_training(400, batch=8, anchors=48, lr=3e-3, depth=7, keep_decay=0.7)),
                HeadRecipe("p_eagle_4l", parallel=True, layers=4,
-                          training=_training(500, batch=8, anchors=64, lr=3e-3))),
+                          training=_training(400, batch=8, anchors=48, lr=3e-3, depth=7, keep_decay=0.7))),
         serve="p_eagle_4l", threads=2),
-    "demo": PairRecipe(
-        data=DataRecipe(tasks=160, max_tokens=128),
-        heads=(HeadRecipe("p_eagle", parallel=True, layers=1, training=_training(200, batch=8, anchors=64, lr=3e-3)),),
-        serve="p_eagle", held_out_samples=8, threads=2),
+    "demo": PairRecipe(data=_DEMO_DATA, heads=(_DEMO_HEAD,), serve="p_eagle", held_out_samples=8, gate_prompts=8,
+                       threads=2, measure_serve_k=False),
+    # The demo's data and P-EAGLE head (shared through the cache) beside an EAGLE-3 head given the same CPU
+    # time: a side-by-side that builds in minutes (`bench/real_spec.py --recipe compare`).
+    "compare": PairRecipe(
+        data=_DEMO_DATA,
+        heads=(HeadRecipe("eagle3", parallel=False, layers=1,
+                          training=_training(EAGLE3_DEMO_STEPS, batch=8, anchors=None, lr=3e-3, depth=4)),
+               _DEMO_HEAD),
+        serve="p_eagle", held_out_samples=8, gate_prompts=8, threads=2),
 }
 # The modules that turn features into heads: their source is part of the heads' cache key.
 TRAINER_SOURCES = [Path(__file__).resolve().parent / "trainer" / name
@@ -125,21 +151,22 @@ def samples(recipe: DataRecipe, target: Path, *, log=_log_default) -> Path:
     return root
 
 
-def _features_root(samples_dir: Path, target: Path) -> Path:
+def _features_root(samples_dir: Path, target: Path, top_k: int) -> Path:
     digest = hashlib.sha256((samples_dir / distill.SAMPLES).read_bytes()).hexdigest()
     key = cache.recipe_key("distill-features", {"samples": digest, "target": target.parent.name,
-                                                "aux_layer_ids": list(AUX_LAYER_IDS)}, [])
+                                                "aux_layer_ids": list(AUX_LAYER_IDS), "top_k": top_k}, [])
     return cache.CACHE_DIR / key
 
 
-def features(samples_dir: Path, target: Path, *, log=_log_default) -> Path:
-    """Step 3: the folder holding the target's features on the samples."""
-    root = _features_root(samples_dir, target)
+def features(samples_dir: Path, target: Path, *, top_k: int, log=_log_default) -> Path:
+    """Step 3: the folder holding the target's features (and its top-k logits) on the samples."""
+    root = _features_root(samples_dir, target, top_k)
     if not (root / "features.json").is_file():
         rows = distill.read_samples(samples_dir / distill.SAMPLES)
         log(f"step: the target's features on {len(rows)} answers (transformers, fp32) -> {root.name}")
         cache.publish(root, lambda folder: distill.extract_features(target, rows, folder, aux_layer_ids=AUX_LAYER_IDS,
-                                                                    log=log), prefix="distill-features-build-")
+                                                                    top_k=top_k, log=log),
+                      prefix="distill-features-build-")
     return root
 
 
@@ -173,7 +200,7 @@ def _heads_root(recipe: PairRecipe, target: Path, feature_dir: Path) -> Path:
 def _head_root(recipe: PairRecipe, head: HeadRecipe, target: Path, feature_dir: Path) -> Path:
     # One cache entry per head, keyed by everything its weights depend on (not by the other heads): a build
     # stopped after two of three heads resumes at the third, and a recipe that adds a head trains only it.
-    shared = {k: v for k, v in asdict(recipe).items() if k not in ("heads", "serve")}
+    shared = {k: v for k, v in asdict(recipe).items() if k not in ("heads", "serve", "measure_serve_k")}
     key = cache.recipe_key("smollm2-head", {"recipe": shared, "head": asdict(head), "features": feature_dir.name,
                                             "target": target.parent.name},
                            [*TRAINER_SOURCES, Path(layout.__file__)])
@@ -198,6 +225,7 @@ class _TrainingSet:
         self.held_out = held_out_check(target, sample_dir)
         log(f"step: HumanEval held out - none of its prompts or solutions in {self.held_out['texts_checked']} "
             "training texts")
+        self.target = target
         self.model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
         self.target_cfg = json.loads((target / "config.json").read_text())
         self.vocab_size = int(self.target_cfg["vocab_size"])
@@ -207,10 +235,15 @@ class _TrainingSet:
         self.vocab = draft_vocab(features, train, size=recipe.draft_vocab, vocab_size=self.vocab_size)
         log(f"step: heads on {len(train)} answers ({len(held)} held out); draft vocabulary {self.vocab.size} "
             f"tokens covers {self.vocab.coverage:.1%} of the answers' tokens")
+        soft = recipe.distill_top_k > 0
         self.windows = FeatureWindows(features, train, window=recipe.window, context=recipe.context,
-                                      vocab=self.vocab, vocab_size=self.vocab_size)
-        self.held_batch = FeatureWindows(features, held, window=recipe.window, context=recipe.context,
-                                         vocab=self.vocab, vocab_size=self.vocab_size).evaluation(len(held))
+                                      vocab=self.vocab, vocab_size=self.vocab_size, soft=soft)
+        # Held out: each answer whole, one batch each (the estimate drafts from every answer row).
+        self.held_batches = FeatureWindows(features, held, window=recipe.window, context=recipe.context,
+                                           vocab=self.vocab, vocab_size=self.vocab_size, soft=soft).each(len(held))
+        rows = distill.read_samples(sample_dir / distill.SAMPLES)  # features keep the samples' order
+        self.gate_prompts = [rows[int(i)]["prompt_ids"] for i in held[:recipe.gate_prompts]]
+        self.gate_max_tokens = recipe.gate_max_tokens
         self.summary = {"training_answers": int(len(train)), "held_out_answers": int(len(held)),
                         "draft_vocab": self.vocab.size, "draft_vocab_coverage": round(self.vocab.coverage, 4),
                         "humaneval_held_out": self.held_out}
@@ -233,20 +266,66 @@ def _train_head(data: _TrainingSet, head_recipe: HeadRecipe, folder: Path, *, lo
                          aux_layers=len(AUX_LAYER_IDS), rms_norm_eps=float(config["rms_norm_eps"]),
                          rope_theta=float(config["rope_theta"]), layers=head_recipe.layers,
                          draft_vocab_size=data.vocab.size, target_hidden_size=int(data.target_cfg["hidden_size"]))
-    head = init_head(shape, data.model, parallel=head_recipe.parallel, seed=training.seed, learn_embedding=False,
+    head = init_head(shape, data.model, parallel=head_recipe.parallel, seed=training.seed,
+                     learn_embedding=training.learn_embedding,
                      mask_token=data.mask_id if head_recipe.parallel else None,
                      draft_ids=torch.from_numpy(data.vocab.ids))
     log(f"training {head_recipe.name}: {head_recipe.layers} layer(s), {training.steps} steps")
     train_head(head, lambda gen: data.windows.batch(gen, training.batch_size), training, mask_token=data.mask_id,
                log=lambda line: log(f"  {head_recipe.name}: {line}"))
-    estimate = estimate_acceptance(head, data.held_batch, depth=training.depth, mask_token=data.mask_id)
-    report = {"head": asdict(head_recipe), **estimate, "layers": head_recipe.layers,
-              "parallel": head_recipe.parallel,
-              "trainable_parameters": sum(p.numel() for p in head.parameters() if p.requires_grad),
-              "train_seconds": round(time.time() - t0), **data.summary}
-    log(f"{head_recipe.name}: { {k: report[k] for k in ('estimated_acceptance_length', 'agreement_per_depth')} }")
+    train_seconds = round(time.time() - t0)
+    estimate = estimate_acceptance(head, data.held_batches, depth=training.depth, mask_token=data.mask_id)
+    log(f"{head_recipe.name}: {estimate}")
     layout.write_drafter(folder, config=config, weights=head_weights(head, d2t=data.vocab.d2t()))
+    measured = serving_check.measure(data.target, [{"name": head_recipe.name, "speculative_config": drafter_config(
+        folder, training.depth, parallel=head_recipe.parallel)}], data.gate_prompts,
+        max_tokens=data.gate_max_tokens, log=log)[0]
+    report = {"head": asdict(head_recipe), "layers": head_recipe.layers, "parallel": head_recipe.parallel,
+              "trained_k": training.depth,
+              "trainable_parameters": sum(p.numel() for p in head.parameters() if p.requires_grad),
+              "train_seconds": train_seconds,
+              "window_estimate": estimate,
+              "vllm_held_out": {"k": training.depth, "prompts": len(data.gate_prompts),
+                                "max_tokens": data.gate_max_tokens,
+                                **{k: measured[k] for k in ("acceptance_length", "accepted_per_position",
+                                                            "tokens_per_s")}},
+              **data.summary}
     (folder / HEAD_REPORT).write_text(json.dumps(report, indent=2, default=int) + "\n")
+
+
+SERVE_K = "serve_k.json"
+
+
+def _serving_k(data: "_TrainingSet", folder: Path, trained_k: int, *, log) -> dict:
+    """The K at which the serving head is fastest on this machine: plain decoding and the head at each K up to
+    the one it was trained for, one after another on the held-out prompts (one request at a time). Cached by
+    the head and the prompts, so recipes that share a head share the measurement."""
+    head_dir = folder.resolve()
+    root = cache.CACHE_DIR / cache.recipe_key("serve-k", {"head": head_dir.name, "prompts": data.gate_prompts,
+                                                          "max_tokens": data.gate_max_tokens}, [])
+    if not (root / SERVE_K).is_file():
+        cache.publish(root, lambda out: (out / SERVE_K).write_text(json.dumps(
+            _measure_serving_k(data, head_dir, trained_k, log=log), indent=2) + "\n"), prefix=f"{root.name}-build-")
+    return json.loads((root / SERVE_K).read_text())
+
+
+def _measure_serving_k(data: "_TrainingSet", folder: Path, trained_k: int, *, log) -> dict:
+    configs = [{"name": "plain", "speculative_config": None},
+               *({"name": f"k{k}", "speculative_config": drafter_config(folder, k, parallel=True)}
+                 for k in range(1, trained_k + 1))]
+    results = serving_check.measure(data.target, configs, data.gate_prompts, max_tokens=data.gate_max_tokens,
+                                    log=log)
+    plain, runs = results[0], results[1:]
+    for r in runs:
+        if r["token_ids"] != plain["token_ids"]:
+            raise RuntimeError(f"{folder.name} at {r['name']}: greedy output differs from plain decoding")
+    best = max(runs, key=lambda r: r["tokens_per_s"])
+    return {"k": int(best["name"][1:]), "plain_tokens_per_s": plain["tokens_per_s"],
+            "tokens_per_s": {r["name"]: r["tokens_per_s"] for r in runs},
+            "acceptance_length": {r["name"]: r["acceptance_length"] for r in runs},
+            "prompts": len(data.gate_prompts), "max_tokens": data.gate_max_tokens,
+            "how": "plain decoding and the serving head at each K up to its trained K, in that order, each in "
+                   "its own vLLM engine on the held-out prompts, one request at a time; the fastest K"}
 
 
 def _assemble_pair(recipe: PairRecipe, target: Path, sample_dir: Path, feature_dir: Path, root: Path, *,
@@ -265,10 +344,22 @@ def _assemble_pair(recipe: PairRecipe, target: Path, sample_dir: Path, feature_d
         else:
             log(f"{head_recipe.name}: cached in {head_dir.name}")
         report["heads"][head_recipe.name] = json.loads((head_dir / HEAD_REPORT).read_text())
+        if head_recipe.name == recipe.serve:
+            measured = report["heads"][head_recipe.name]["vllm_held_out"]["acceptance_length"] or 1.0
+            if measured < recipe.min_acceptance_length:
+                raise RuntimeError(f"{head_recipe.name}: acceptance length {measured} measured by vLLM on held-out "
+                                   f"prompts is below the recipe's min_acceptance_length "
+                                   f"{recipe.min_acceptance_length}; the head is cached in {head_dir.name}")
         # The pair names its heads and its target by reference: symlinks into the cache.
         (root / head_recipe.name).symlink_to(head_dir)
         folders[head_recipe.name] = root / head_recipe.name
     (root / "target").symlink_to(target)
+    if recipe.measure_serve_k:
+        data = data or _TrainingSet(recipe, target, sample_dir, feature_dir, log=log)
+        serve = next(h for h in recipe.heads if h.name == recipe.serve)
+        report["serve_k"] = _serving_k(data, folders[recipe.serve], serve.training.depth, log=log)
+        log(f"serving K on this machine: {report['serve_k']['k']} ({report['serve_k']['tokens_per_s']} tok/s; "
+            f"plain {report['serve_k']['plain_tokens_per_s']})")
     report["mask_token_id"] = smollm2.mask_token_id(target)
     report["build_seconds"] = round(time.time() - started)
     (root / "training.json").write_text(json.dumps(report, indent=2, default=int) + "\n")
@@ -293,7 +384,7 @@ def existing(name: str) -> ModelPair | None:
     sample_dir = _samples_root(recipe.data, target)
     if not (target / "config.json").is_file() or not (sample_dir / distill.SAMPLES).is_file():
         return None
-    feature_dir = _features_root(sample_dir, target)
+    feature_dir = _features_root(sample_dir, target, recipe.distill_top_k)
     if not (feature_dir / "features.json").is_file():
         return None
     return ModelPair.load(_heads_root(recipe, target, feature_dir))
@@ -304,7 +395,7 @@ def build(name: str = "bench", *, log=_log_default) -> ModelPair:
     recipe = RECIPES[name]
     target = smollm2.build()
     sample_dir = samples(recipe.data, target, log=log)
-    feature_dir = features(sample_dir, target, log=log)
+    feature_dir = features(sample_dir, target, top_k=recipe.distill_top_k, log=log)
     return heads(recipe, target, sample_dir, feature_dir, log=log)
 
 

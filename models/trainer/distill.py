@@ -5,8 +5,11 @@ The published P-EAGLE and EAGLE-3 heads are trained on the target's own generati
 1. :func:`generate` - vLLM (the engine that will serve the target, fp32, greedy) answers coding tasks in a
    child process; ``samples.jsonl`` holds each task's prompt and answer token ids.
 2. :func:`extract_features` - the target (transformers, fp32) reads every prompt + answer once; for each
-   position it stores the three auxiliary hidden states the drafter's ``fc`` fuses (fp16, a memmap) and the
-   target's own greedy next token (the label: agreeing with the target is what greedy verification accepts).
+   position it stores the three auxiliary hidden states the drafter's ``fc`` fuses (fp16, a memmap), the
+   target's own greedy next token (the label: agreeing with the target is what greedy verification accepts)
+   and its ``top_k`` largest logits with their token ids (what KL distillation needs: on this target's
+   answers the top 32 of 49,152 tokens hold 97% of the next-token probability on average, 99% at the
+   median, measured on 1,058 answer rows of the demo recipe).
 
 Both steps print a progress line per chunk; both write into a folder the caller publishes atomically.
 """
@@ -29,7 +32,7 @@ SAMPLES = "samples.jsonl"
 
 
 def generate(target: Path, messages: Sequence[list[dict]], out: Path, *, max_tokens: int, max_model_len: int = 1024,
-             batch: int = 64, log=print) -> Path:
+             batch: int = 128, log=print) -> Path:
     """Greedy answers of ``target`` to ``messages`` (chat), by vLLM in a child process; returns samples.jsonl."""
     from harness.runtime import cpu_engine_environment
 
@@ -37,7 +40,10 @@ def generate(target: Path, messages: Sequence[list[dict]], out: Path, *, max_tok
     request = out / "generate.json"
     request.write_text(json.dumps({"target": str(target), "messages": list(messages), "max_tokens": max_tokens,
                                    "max_model_len": max_model_len, "batch": batch}))
-    env = {**cpu_engine_environment(), "PYTHONPATH": str(REPO_ROOT), "PEAGLE_FUSED_DRAFT": "0"}
+    # A batch of 128 answers needs about 4 GiB of KV cache (46 KB a token on this target); a 1 GiB cache
+    # held it to about 64 sequences at once.
+    base = {"VLLM_CPU_KVCACHE_SPACE": "4", **os.environ}
+    env = {**cpu_engine_environment(base), "PYTHONPATH": str(REPO_ROOT), "PEAGLE_FUSED_DRAFT": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "models.trainer.distill", str(request), str(out / SAMPLES)],
                             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tail: list[str] = []
@@ -96,13 +102,18 @@ class Features:
     fused: np.ndarray  # [N, n_aux * hidden] float16 (a memmap)
     offsets: np.ndarray  # [S + 1] int64
     answer_starts: np.ndarray  # [S] int64
+    top_ids: np.ndarray | None = None  # [N, k] int32: the target's k most likely next tokens, most likely first
+    top_logits: np.ndarray | None = None  # [N, k] float16: their logits
 
     @classmethod
     def load(cls, folder: Path) -> "Features":
         meta = json.loads((folder / "features.json").read_text())
         fused = np.memmap(folder / "fused.f16", dtype=np.float16, mode="r", shape=(meta["tokens"], meta["width"]))
+        top = meta.get("top_k", 0)
         return cls(tokens=np.load(folder / "tokens.npy"), labels=np.load(folder / "labels.npy"), fused=fused,
-                   offsets=np.load(folder / "offsets.npy"), answer_starts=np.load(folder / "answer_starts.npy"))
+                   offsets=np.load(folder / "offsets.npy"), answer_starts=np.load(folder / "answer_starts.npy"),
+                   top_ids=np.load(folder / "top_ids.npy") if top else None,
+                   top_logits=np.load(folder / "top_logits.npy") if top else None)
 
     @property
     def samples(self) -> int:
@@ -110,7 +121,7 @@ class Features:
 
 
 def extract_features(target: Path, samples: list[dict], out: Path, *, aux_layer_ids: Sequence[int],
-                     batch_tokens: int = 4096, log=print) -> Features:
+                     top_k: int = 32, batch_tokens: int = 4096, log=print) -> Features:
     """Run the target once over every prompt + answer; write the arrays of :class:`Features` into ``out``."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -124,6 +135,8 @@ def extract_features(target: Path, samples: list[dict], out: Path, *, aux_layer_
     out.mkdir(parents=True, exist_ok=True)
     fused = np.memmap(out / "fused.f16", dtype=np.float16, mode="w+", shape=(total, width))
     labels = np.zeros(total, dtype=np.int32)
+    top_ids = np.zeros((total, top_k), dtype=np.int32)
+    top_logits = np.zeros((total, top_k), dtype=np.float16)
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths together: little padding
     started, done = time.time(), 0
     with torch.no_grad():
@@ -142,18 +155,25 @@ def extract_features(target: Path, samples: list[dict], out: Path, *, aux_layer_
             result = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
             stacked = torch.cat([result.hidden_states[a] for a in aux_layer_ids], dim=-1)
             greedy = result.logits.argmax(-1)
+            best = result.logits.topk(top_k, dim=-1) if top_k else None
             for row, g in enumerate(group):
                 lo, n = int(offsets[g]), len(seqs[g])
                 fused[lo:lo + n] = stacked[row, :n].to(torch.float16).numpy()
                 labels[lo:lo + n] = greedy[row, :n].numpy()
+                if best is not None:
+                    top_ids[lo:lo + n] = best.indices[row, :n].numpy()
+                    top_logits[lo:lo + n] = best.values[row, :n].to(torch.float16).numpy()
             done += sum(len(seqs[g]) for g in group)
             log(f"distill: features for {done}/{total} tokens ({done / max(time.time() - started, 1e-9):.0f} tok/s)")
     fused.flush()
     np.save(out / "tokens.npy", np.concatenate([np.asarray(s, dtype=np.int32) for s in seqs]))
     np.save(out / "labels.npy", labels)
+    if top_k:
+        np.save(out / "top_ids.npy", top_ids)
+        np.save(out / "top_logits.npy", top_logits)
     np.save(out / "offsets.npy", offsets)
     np.save(out / "answer_starts.npy", np.asarray([len(s["prompt_ids"]) for s in samples], dtype=np.int64))
-    (out / "features.json").write_text(json.dumps({"tokens": total, "width": width,
+    (out / "features.json").write_text(json.dumps({"tokens": total, "width": width, "top_k": top_k,
                                                    "aux_layer_ids": list(aux_layer_ids)}) + "\n")
     return Features.load(out)
 

@@ -1,11 +1,10 @@
 """Training batches from precomputed target features (models.trainer.distill), and a reduced draft vocabulary.
 
 A real target is too slow to run inside every training step on 2 cores, so its features are extracted once
-and the heads train on windows of them. A window is a slice of one sample (never two: rows of different
-samples must not attend to each other) that starts a little before the answer, so the first answer tokens
-have context; only labels inside the answer count (the prompt's next tokens are not what the target
-generates, and padding is nothing). Shorter samples are padded at the end, which causal attention keeps
-out of every real row.
+and the heads train on windows of them. A window holds one sample (never two: rows of different samples
+must not attend to each other), by default all of it from the first prompt token, as vLLM drafts; only labels
+inside the answer count (the prompt's next tokens are not what the target generates, and padding is
+nothing). Shorter samples are padded at the end, which causal attention keeps out of every real row.
 
 The draft vocabulary is the target's most frequent greedy tokens on the training answers, as the published
 EAGLE-3 heads do it (32k of Llama 3's 128k); a label outside it is a token the head cannot propose.
@@ -67,34 +66,58 @@ def split_samples(features: Features, *, held_out: int, seed: int) -> tuple[np.n
 
 
 class FeatureWindows:
-    """Draws :class:`TargetBatch` windows of ``window`` rows from ``samples`` of ``features``."""
+    """Draws :class:`TargetBatch` windows from ``samples`` of ``features``.
 
-    def __init__(self, features: Features, samples: np.ndarray, *, window: int, context: int,
-                 vocab: DraftVocab | None, vocab_size: int):
-        self.features, self.samples, self.window, self.context = features, samples, window, context
+    ``context=None`` (the real pair's recipe): a window is the whole sample from its first prompt token, as
+    vLLM drafts with the whole prompt before it; ``window`` only caps its length. A P-EAGLE mask row gets its
+    context through attention alone, so a mask row trained on a short slice of the prompt is trained for
+    another input than the one it is served. ``context=N``: a slice of ``window`` rows starting at most N
+    rows before the answer (the toy pair's layout). Rows are padded to the longest window of a batch.
+    ``soft``: the batch carries the target's top-k distribution (the features must hold it).
+    """
+
+    def __init__(self, features: Features, samples: np.ndarray, *, window: int, context: int | None,
+                 vocab: DraftVocab | None, vocab_size: int, soft: bool = False):
+        if soft and features.top_ids is None:
+            raise ValueError("soft targets need features extracted with top_k > 0")
+        self.features, self.samples, self.window, self.context, self.soft = features, samples, window, context, soft
         self.to_draft = vocab.target_to_draft(vocab_size) if vocab is not None else None
 
-    def _window(self, sample: int, start_choice: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _draft(self, ids: np.ndarray) -> np.ndarray:
+        ids = ids.astype(np.int64)
+        return self.to_draft[ids] if self.to_draft is not None else ids
+
+    def _window(self, sample: int, start_choice: float) -> dict[str, np.ndarray]:
         f = self.features
         lo, hi = int(f.offsets[sample]), int(f.offsets[sample + 1])
         n, answer = hi - lo, int(f.answer_starts[sample])
-        first = max(0, answer - self.context)
-        last = max(first, n - self.window)
-        start = first + int(start_choice * (last - first + 1)) if last > first else first
-        start = min(start, last)
+        if self.context is None:
+            start = 0
+        else:
+            first = max(0, answer - self.context)
+            last = max(first, n - self.window)
+            start = min(first + int(start_choice * (last - first + 1)), last)
         real = min(self.window, n - start)
-        tokens = np.zeros(self.window, dtype=np.int64)
-        labels = np.full(self.window, -1, dtype=np.int64)
-        fused = np.zeros((self.window, f.fused.shape[1]), dtype=np.float32)
-        tokens[:real] = f.tokens[lo + start:lo + start + real]
-        raw = f.labels[lo + start:lo + start + real].astype(np.int64)
-        labels[:real] = self.to_draft[raw] if self.to_draft is not None else raw
-        fused[:real] = f.fused[lo + start:lo + start + real]
-        position = start + np.arange(self.window)
+        span = slice(lo + start, lo + start + real)
+        position = start + np.arange(real)
         # A label counts inside the answer (its first token is predicted at answer - 1) and before the
         # sample's last position (the prediction past the end was never generated).
-        valid = (position >= answer - 1) & (position <= n - 2) & (np.arange(self.window) < real)
-        return tokens, labels, fused, valid
+        row = {"tokens": f.tokens[span].astype(np.int64), "labels": self._draft(f.labels[span]),
+               "fused": np.asarray(f.fused[span], dtype=np.float32),
+               "valid": (position >= answer - 1) & (position <= n - 2)}
+        if self.soft:
+            row["top_ids"], row["top_probs"] = self._distribution(span)
+        return row
+
+    def _distribution(self, span: slice) -> tuple[np.ndarray, np.ndarray]:
+        """The target's top-k next-token probabilities (softmax over its top-k logits), mapped to the draft
+        vocabulary; tokens outside it get probability 0 and the rest are renormalised."""
+        logits = self.features.top_logits[span].astype(np.float32)
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        ids = self._draft(self.features.top_ids[span])
+        probs = np.where(ids >= 0, probs, 0.0)
+        total = probs.sum(-1, keepdims=True)
+        return ids, (probs / np.where(total > 0, total, 1.0)).astype(np.float32)
 
     def batch(self, gen: torch.Generator, size: int) -> TargetBatch:
         picks = torch.randint(0, len(self.samples), (size,), generator=gen).tolist()
@@ -105,8 +128,21 @@ class FeatureWindows:
         """A fixed batch: the first window of each of the first ``limit`` samples (for held-out estimates)."""
         return self._stack([self._window(int(s), 0.0) for s in self.samples[:limit]])
 
+    def each(self, limit: int) -> list[TargetBatch]:
+        """The first window of each of the first ``limit`` samples, one batch each (no padding)."""
+        return [self._stack([self._window(int(s), 0.0)]) for s in self.samples[:limit]]
+
     @staticmethod
-    def _stack(rows) -> TargetBatch:
-        tokens, labels, fused, valid = (np.stack(column) for column in zip(*rows))
-        return TargetBatch(tokens=torch.from_numpy(tokens), fused=torch.from_numpy(fused),
-                           labels=torch.from_numpy(labels), valid=torch.from_numpy(valid))
+    def _stack(rows: list[dict[str, np.ndarray]]) -> TargetBatch:
+        """Pad every field to the longest row (tokens 0, labels -1, not valid) and stack."""
+        length = max(len(r["tokens"]) for r in rows)
+        fill = {"tokens": 0, "labels": -1, "fused": 0.0, "valid": False, "top_ids": -1, "top_probs": 0.0}
+
+        def stacked(key):
+            out = np.full((len(rows), length, *rows[0][key].shape[1:]), fill[key], dtype=rows[0][key].dtype)
+            for i, r in enumerate(rows):
+                out[i, :len(r[key])] = r[key]
+            return torch.from_numpy(out)
+
+        fields = {key: stacked(key) for key in rows[0]}
+        return TargetBatch(**fields)

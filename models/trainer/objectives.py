@@ -13,16 +13,26 @@ inference: shifted target tokens, hidden states of the same positions.
   token d steps further on and the head's own pre-norm output of pass d-1, at position r+d; a row sees the
   real rows up to r plus its own earlier passes, as in vLLM's sequential draft loop.
 
-Labels are the target's own greedy next tokens (cross-entropy on its argmax), since what counts at greedy
-verification is agreeing with the target, not with the corpus; hard labels also keep the loss cheap on
-these 2 cores. Depth d is weighted 0.8**d in both. A batch may say which label positions count
-(``valid``: the answer, not the prompt or padding) and may hold labels the head cannot produce (-1: outside
-a reduced draft vocabulary): those rows are left out of the loss and count as misses in the agreement.
+Labels are the target's own next-token choices, since what counts at greedy verification is agreeing with
+the target, not with the corpus. A batch carries either hard labels only (its argmax: cross-entropy) or also
+the target's top-k distribution (``top_ids``/``top_probs``: the loss is the cross-entropy to that
+distribution, which is KL distillation up to the target's entropy, a constant): the target's second choice
+tells the head which near-misses are close, which hard labels throw away. Depth d is weighted 0.8**d in
+both objectives. A batch may say which label positions count (``valid``: the answer, not the prompt or
+padding) and may hold labels the head cannot produce (-1: outside a reduced draft vocabulary): those rows are
+left out of the loss and count as misses in the agreement. The LM head runs on scored rows only: with whole
+prompts in a window most rows are context, and the LM head is the widest matrix of a one-layer head.
+
+P-EAGLE may sample its depths (``keep``: the share of anchors that carry a row at each depth 1..K-1): the
+deep positions are rarely accepted, so fewer of their rows are trained. The kept sets are nested (an anchor
+with a depth-3 row has its depth-1 and depth-2 rows too), so every mask row sees exactly the rows before it
+that vLLM's drafting pass gives it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -38,12 +48,25 @@ class TargetBatch:
     fused: torch.Tensor  # [B, T, 3H] target aux hidden states, concatenated (before fc)
     labels: torch.Tensor  # [B, T] the target's greedy next token after each position (in the head's vocabulary)
     valid: torch.Tensor | None = None  # [B, T] bool: which labels count; None: all
+    top_ids: torch.Tensor | None = None  # [B, T, k] the target's top-k next tokens (head vocabulary; -1 outside)
+    top_probs: torch.Tensor | None = None  # [B, T, k] their probabilities, renormalised over those inside
 
     def counts(self, at: torch.Tensor) -> torch.Tensor:
-        """[B, len(at)]: whether the labels at positions ``at`` count."""
+        """Whether the labels at positions ``at`` count: ``at`` [M] (the same for every sequence) or [B, M]."""
+        b = self.tokens.shape[0]
         if self.valid is None:
-            return torch.ones(self.tokens.shape[0], at.numel(), dtype=torch.bool)
-        return self.valid[:, at]
+            return torch.ones(b, at.shape[-1], dtype=torch.bool)
+        return self.valid[:, at] if at.dim() == 1 else self.valid.gather(1, at)
+
+    def targets(self, at: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """(hard labels, soft targets or None) at positions ``at`` ([M] or [B, M])."""
+        def pick(x):
+            if at.dim() == 1:
+                return x[:, at]
+            index = at.view(*at.shape, *([1] * (x.dim() - 2))).expand(*at.shape, *x.shape[2:])
+            return x.gather(1, index)
+        soft = None if self.top_ids is None else (pick(self.top_ids), pick(self.top_probs))
+        return pick(self.labels), soft
 
 
 @torch.no_grad()
@@ -56,18 +79,23 @@ def target_batch(target, tokens: torch.Tensor, aux_layer_ids: list[int]) -> Targ
     return TargetBatch(tokens=tokens, fused=fused, labels=out.logits.argmax(-1))
 
 
-def _depth_loss(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Cross-entropy and greedy agreement over valid rows; returns (loss, hits, count, per-row hit).
-
-    A label below zero (outside the draft vocabulary) is a miss and no loss."""
-    trained = valid & (labels >= 0)
-    if bool(trained.any()):
-        ce = F.cross_entropy(logits.flatten(0, 1), labels.masked_fill(~trained, -100).flatten(), ignore_index=-100)
+def _scored(head: DrafterHead, x: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor,
+            soft: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, int, int, torch.Tensor]:
+    """The loss and greedy agreement of the head's outputs ``x`` [B, R, H] at valid rows; returns (loss, hits,
+    rows scored, per-row hit [B, R]). A label below zero (outside the draft vocabulary) is a miss."""
+    trained = valid & (labels >= 0) if soft is None else valid & (soft[1].sum(-1) > 0)
+    hit = torch.zeros_like(valid)
+    if not bool(trained.any()):
+        return x.sum() * 0.0, 0, int(valid.sum()), hit
+    logits = head.logits(x[trained])
+    logp = logits.log_softmax(-1)
+    if soft is None:
+        loss = F.nll_loss(logp, labels[trained])
     else:
-        ce = logits.sum() * 0.0
-    hit = (logits.detach().argmax(-1) == labels) & trained
-    return ce, hit.sum(), valid.sum(), hit
+        ids, probs = soft[0][trained], soft[1][trained]
+        loss = -(probs * logp.gather(1, ids.clamp(min=0))).sum(-1).mean()
+    hit[trained] = logits.detach().argmax(-1) == labels[trained]
+    return loss, int(hit.sum()), int(valid.sum()), hit
 
 
 @dataclass
@@ -75,57 +103,85 @@ class StepResult:
     loss: torch.Tensor
     hits: list[int]  # per depth, greedy agreements with the target
     counts: list[int]  # per depth, rows scored
-    chain: torch.Tensor | None = None  # P-EAGLE: [B, anchors, depth] hit matrix, for acceptance estimates
+    # [B, X, depth] hit matrix of X drafting starts (P-EAGLE: its anchors; EAGLE-3: every row) and [B, X]
+    # whether every depth of a start was scored: what an acceptance estimate reads. P-EAGLE with sampled
+    # depths has none (not every anchor drafts every depth).
+    chain: torch.Tensor | None = None
+    complete: torch.Tensor | None = None
+
+
+def depth_rows(anchors: int, depth: int, keep: Sequence[float] | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mask rows of one drafting block layout, depth-major: (anchor slot, depth) per row. Depth k (1..depth-1)
+    has a row for the first ``round(anchors * keep[k - 1])`` slots (at least one), all of them when ``keep`` is
+    None; the caller puts the anchors in random order, so the kept slots are a random, nested subset."""
+    slots, depths = [], []
+    for k in range(1, depth):
+        n = anchors if keep is None else max(1, min(anchors, round(anchors * keep[k - 1])))
+        slots.append(torch.arange(n))
+        depths.append(torch.full((n,), k))
+    if not slots:
+        return torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    return torch.cat(slots), torch.cat(depths)
 
 
 def parallel_loss(head: DrafterHead, batch: TargetBatch, *, depth: int, anchors: torch.Tensor,
-                  mask_token: int) -> StepResult:
-    """P-EAGLE: real rows plus, per anchor, depth-1 mask rows, all in one forward."""
-    tokens, fused, labels = batch.tokens, batch.fused, batch.labels
+                  mask_token: int, keep: Sequence[float] | None = None) -> StepResult:
+    """P-EAGLE: real rows plus mask rows after each anchor, all in one forward.
+
+    ``anchors``: [A] rows shared by the batch's sequences, or [B, A], one set per sequence (whole-prompt
+    windows, where each answer starts elsewhere). ``keep``: depth sampling (see :func:`depth_rows`)."""
+    tokens, fused = batch.tokens, batch.fused
     b, t = tokens.shape
     rows = t - 1
-    n_mask = depth - 1
-    a = anchors.numel()
-    # Real rows.
-    real_tok = tokens[:, 1:]
-    real_pos = torch.arange(rows)
-    real_hidden = head.fc(fused[:, :-1])
-    # Mask rows, anchor-major: row (i, k) at position anchors[i] + k, k = 1..depth-1.
-    ks = torch.arange(1, depth)
-    mask_pos = (anchors[:, None] + ks[None, :]).reshape(-1)
-    mask_tok = torch.full((b, a * n_mask), mask_token, dtype=torch.long)
-    mask_hidden = head.shared_hidden().expand(b, a * n_mask, -1)
-    # Attention: causal over real rows; a mask row sees real rows <= its anchor and its block up to itself.
-    n = rows + a * n_mask
-    allow = torch.zeros(n, n, dtype=torch.bool)
-    allow[:rows, :rows] = torch.ones(rows, rows, dtype=torch.bool).tril()
-    row_anchor = anchors.repeat_interleave(n_mask)
-    allow[rows:, :rows] = torch.arange(rows)[None, :] <= row_anchor[:, None]
-    block, within = torch.arange(a * n_mask) // n_mask, torch.arange(a * n_mask) % n_mask
-    allow[rows:, rows:] = (block[:, None] == block[None, :]) & (within[None, :] <= within[:, None])
-    logits, _, _ = head.step(torch.cat([real_tok, mask_tok], 1), torch.cat([real_hidden, mask_hidden], 1),
-                             torch.cat([real_pos, mask_pos]), allow)
-    # Depth 0 label for row r: target distribution at r+1.
-    loss, h0, c0, hit0 = _depth_loss(logits[:, :rows], labels[:, 1:], batch.counts(torch.arange(1, t)))
-    total, hits, counts = loss, [int(h0)], [int(c0)]
-    mask_logits = logits[:, rows:].view(b, a, n_mask, -1)
+    anchors = anchors.expand(b, -1) if anchors.dim() == 1 else anchors
+    a = anchors.shape[1]
+    slot, row_depth = depth_rows(a, depth, keep)
+    m = slot.numel()
+    row_anchor = anchors[:, slot]  # [B, M]
+    mask_pos = row_anchor + row_depth
+    positions = torch.cat([torch.arange(rows).expand(b, rows), mask_pos], 1)
+    mask_tok = torch.full((b, m), mask_token, dtype=torch.long)
+    mask_hidden = head.shared_hidden().expand(b, m, -1)
+    # Attention: causal over real rows; a mask row sees real rows <= its anchor and its block's shallower rows.
+    n = rows + m
+    allow = torch.zeros(b, n, n, dtype=torch.bool)
+    allow[:, :rows, :rows] = torch.ones(rows, rows, dtype=torch.bool).tril()
+    allow[:, rows:, :rows] = torch.arange(rows)[None, None, :] <= row_anchor[:, :, None]
+    allow[:, rows:, rows:] = ((slot[:, None] == slot[None, :]) & (row_depth[None, :] <= row_depth[:, None]))[None]
+    x, _ = head.step_hidden(torch.cat([tokens[:, 1:], mask_tok], 1),
+                            torch.cat([head.fc(fused[:, :-1]), mask_hidden], 1), positions, allow[:, None])
+    # Depth 0: row r predicts the target's choice at r+1.
+    at = torch.arange(1, t)
+    labels, soft = batch.targets(at)
+    loss, h0, c0, hit0 = _scored(head, x[:, :rows], labels, batch.counts(at), soft)
+    total, hits, counts = loss, [h0], [c0]
     chain = torch.zeros(b, a, depth, dtype=torch.bool)
-    chain[:, :, 0] = hit0[:, anchors]
+    complete = torch.ones(b, a, dtype=torch.bool)
+    chain[:, :, 0] = hit0.gather(1, anchors)
+    complete &= batch.counts(anchors + 1)
+    lo = rows
     for k in range(1, depth):
-        label_at = anchors + 1 + k
+        n_k = int((row_depth == k).sum())
+        label_at = anchors[:, :n_k] + 1 + k
         inside = label_at.clamp(max=t - 1)
-        valid = (label_at <= t - 1)[None, :].expand(b, a) & batch.counts(inside)
-        loss_k, hk, ck, hit_k = _depth_loss(mask_logits[:, :, k - 1], labels[:, inside], valid)
+        valid = (label_at <= t - 1) & batch.counts(inside)
+        labels, soft = batch.targets(inside)
+        loss_k, hk, ck, hit_k = _scored(head, x[:, lo:lo + n_k], labels, valid, soft)
         total = total + DEPTH_DECAY ** k * loss_k
-        hits.append(int(hk))
-        counts.append(int(ck))
-        chain[:, :, k] = hit_k
-    return StepResult(loss=total, hits=hits, counts=counts, chain=chain)
+        hits.append(hk)
+        counts.append(ck)
+        if keep is None:
+            chain[:, :, k] = hit_k
+            complete &= valid
+        lo += n_k
+    if keep is not None:
+        chain = complete = None
+    return StepResult(loss=total, hits=hits, counts=counts, chain=chain, complete=complete)
 
 
 def sequential_loss(head: DrafterHead, batch: TargetBatch, *, depth: int) -> StepResult:
     """EAGLE-3 with training-time test: `depth` passes, each feeding the previous pass's output forward."""
-    tokens, fused, labels = batch.tokens, batch.fused, batch.labels
+    tokens, fused = batch.tokens, batch.fused
     b, t = tokens.shape
     rows = t - 1
     r = torch.arange(rows)
@@ -134,15 +190,19 @@ def sequential_loss(head: DrafterHead, batch: TargetBatch, *, depth: int) -> Ste
     total = torch.zeros(())
     hits: list[int] = []
     counts: list[int] = []
+    chain = torch.zeros(b, rows, depth, dtype=torch.bool)
+    complete = torch.ones(b, rows, dtype=torch.bool)
     for d in range(depth):
         tok_at = (r + 1 + d).clamp(max=t - 1)
-        label_at = (r + 1 + d).clamp(max=t - 1)
-        valid = (r + 1 + d <= t - 1)[None, :].expand(b, rows) & batch.counts(label_at)
-        logits, pre, kv = head.step(tokens[:, tok_at], hidden, r + d, None, past)
-        loss_d, hd, cd, _ = _depth_loss(logits, labels[:, label_at], valid)
+        valid = (r + 1 + d <= t - 1)[None, :].expand(b, rows) & batch.counts(tok_at)
+        x, kv = head.step_hidden(tokens[:, tok_at], hidden, r + d, None, past)
+        labels, soft = batch.targets(tok_at)
+        loss_d, hd, cd, hit = _scored(head, x, labels, valid, soft)
         total = total + DEPTH_DECAY ** d * loss_d
-        hits.append(int(hd))
-        counts.append(int(cd))
+        hits.append(hd)
+        counts.append(cd)
+        chain[:, :, d] = hit
+        complete &= valid
         past.append(kv)
-        hidden = pre
-    return StepResult(loss=total, hits=hits, counts=counts)
+        hidden = x
+    return StepResult(loss=total, hits=hits, counts=counts, chain=chain, complete=complete)

@@ -23,6 +23,21 @@ class DrafterTraining:
     anchors: int | None = None
     lr: float = 3e-3
     seed: int = 0
+    # P-EAGLE depth sampling: depth k keeps a row for max(keep_decay**k, KEEP_FLOOR) of the anchors (the
+    # published recipe's 0.7); None: every anchor drafts every depth.
+    keep_decay: float | None = None
+    # The whole token embedding trains (the published recipes do); False: only P-EAGLE's mask row.
+    learn_embedding: bool = True
+
+
+KEEP_FLOOR = 0.2
+
+
+def depth_keep(spec: DrafterTraining) -> list[float] | None:
+    """The share of anchors with a row at each depth 1..depth-1, or None for all."""
+    if spec.keep_decay is None:
+        return None
+    return [max(spec.keep_decay ** k, KEEP_FLOOR) for k in range(1, spec.depth)]
 
 
 def init_head(shape: DrafterShape, target, *, parallel: bool, seed: int, learn_embedding: bool = True,
@@ -47,8 +62,25 @@ def init_head(shape: DrafterShape, target, *, parallel: bool, seed: int, learn_e
     return head
 
 
-def anchors_for(spec: DrafterTraining, t: int, gen: torch.Generator) -> torch.Tensor:
-    return torch.randperm(t - 2, generator=gen)[: spec.anchors or t].sort().values
+def anchors_for(spec: DrafterTraining, batch: TargetBatch, gen: torch.Generator) -> torch.Tensor:
+    """P-EAGLE's anchor rows: without ``valid``, ``spec.anchors`` rows shared by the batch; with it, per
+    sequence, rows whose next label counts (an anchor in the prompt would train mask rows on labels that never
+    count). A sequence with fewer such rows repeats some. Random order when depths are sampled (the first
+    slots keep the deep rows), sorted otherwise."""
+    t = batch.tokens.shape[1]
+    if batch.valid is None:
+        picked = torch.randperm(t - 2, generator=gen)[: spec.anchors or t]
+        return picked if spec.keep_decay is not None else picked.sort().values
+    candidates = [row.nonzero().flatten() for row in batch.valid[:, 1:]]
+    count = spec.anchors or min(len(c) for c in candidates)
+    rows = []
+    for c in candidates:
+        order = c[torch.randperm(len(c), generator=gen)]
+        if len(order) < count:
+            order = torch.cat([order, c[torch.randint(0, len(c), (count - len(order),), generator=gen)]])
+        order = order[:count]
+        rows.append(order if spec.keep_decay is not None else order.sort().values)
+    return torch.stack(rows)
 
 
 def train_head(head: DrafterHead, batches: Callable[[torch.Generator], TargetBatch], spec: DrafterTraining, *,
@@ -66,8 +98,8 @@ def train_head(head: DrafterHead, batches: Callable[[torch.Generator], TargetBat
             group["lr"] = cosine_lr(step, spec.steps, spec.lr)
         batch = batches(gen)
         if parallel:
-            result = parallel_loss(head, batch, depth=spec.depth, anchors=anchors_for(spec, batch.tokens.shape[1], gen),
-                                   mask_token=mask_token)
+            result = parallel_loss(head, batch, depth=spec.depth, anchors=anchors_for(spec, batch, gen),
+                                   mask_token=mask_token, keep=depth_keep(spec))
         else:
             result = sequential_loss(head, batch, depth=spec.depth)
         opt.zero_grad(set_to_none=True)
@@ -89,29 +121,33 @@ def target_rows(target, rows: torch.Tensor, spec: DrafterTraining, aux_layer_ids
 
 
 @torch.no_grad()
-def estimate_acceptance(head: DrafterHead, batch: TargetBatch, *, depth: int, mask_token: int) -> dict[str, float]:
+def estimate_acceptance(head: DrafterHead, batches: TargetBatch | list[TargetBatch], *, depth: int,
+                        mask_token: int) -> dict:
     """Teacher-forced agreement with the target on held-out rows, per depth, and the acceptance length it
-    implies for K = depth (1 + the expected run of leading agreements). Only an estimate: vLLM's counters in
-    the benchmarks are the measurement."""
-    t = batch.tokens.shape[1]
-    if head.mask_hidden is not None:
-        anchors = torch.arange(0, t - 1 - depth)
-        result = parallel_loss(head, batch, depth=depth, anchors=anchors, mask_token=mask_token)
-        assert result.chain is not None
-        # Anchors whose every label counts (inside the answer, not padding).
-        scored = torch.stack([batch.counts(anchors + 1 + k) for k in range(depth)], dim=-1).all(-1)
-        run = result.chain.int().cumprod(-1).sum(-1).float()
-        est = 1.0 + run[scored].mean().item()
-    else:
-        result = sequential_loss(head, batch, depth=depth)
-        rates = [h / max(c, 1) for h, c in zip(result.hits, result.counts)]
-        # Without the joint matrix, the product of per-depth rates is the usual estimate.
-        est, p = 1.0, 1.0
-        for rate in rates:
-            p *= rate
-            est += p
-    return {"estimated_acceptance_length": round(est, 3),
-            "agreement_per_depth": [round(h / max(c, 1), 3) for h, c in zip(result.hits, result.counts)]}
+    implies for K = depth: 1 + the mean run of leading agreements over every drafting start whose labels
+    all count, each start drafting as vLLM does (P-EAGLE: one block of mask rows after it; EAGLE-3: its
+    own passes). Only an estimate: vLLM's counters on held-out prompts are the measurement."""
+    parallel = head.mask_hidden is not None
+    runs, hits, counts = [], [0] * depth, [0] * depth
+    for batch in [batches] if isinstance(batches, TargetBatch) else batches:
+        t = batch.tokens.shape[1]
+        if parallel:
+            if batch.valid is None:
+                anchors = torch.arange(0, t - 1 - depth)
+            else:  # one sequence per batch here: its rows whose next label counts
+                assert batch.tokens.shape[0] == 1, "estimate P-EAGLE on one sequence per batch"
+                anchors = batch.valid[0, 1:].nonzero().flatten()
+            result = parallel_loss(head, batch, depth=depth, anchors=anchors, mask_token=mask_token)
+        else:
+            result = sequential_loss(head, batch, depth=depth)
+        assert result.chain is not None and result.complete is not None
+        runs.append(result.chain.int().cumprod(-1)[result.complete])
+        hits = [a + b for a, b in zip(hits, result.hits)]
+        counts = [a + b for a, b in zip(counts, result.counts)]
+    chains = torch.cat(runs).float()
+    return {"estimated_acceptance_length": round(1.0 + chains.sum(-1).mean().item(), 3),
+            "estimated_acceptance_per_position": [round(x, 3) for x in chains.mean(0).tolist()],
+            "agreement_per_depth": [round(h / max(c, 1), 3) for h, c in zip(hits, counts)]}
 
 
 def head_weights(head: DrafterHead, *, d2t: torch.Tensor | None = None) -> dict[str, torch.Tensor]:

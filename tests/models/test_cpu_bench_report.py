@@ -3,23 +3,20 @@ portable report, on hand-made results."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.models.bench_modules import load
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("spec_runs", ROOT / "bench" / "spec_runs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("spec_runs")
 
 
 def _result(name, method, k, tps, cpu_tps, al, tokens, target_fw, drafter_fw):

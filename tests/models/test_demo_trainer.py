@@ -53,6 +53,24 @@ def test_pack_tokens_joins_with_eos_and_drops_the_tail():
     assert rows.tolist() == [[5, 6, 7], [0, 8, 9]]
 
 
+def _logits_of_every_pass(head: DrafterHead, objective):
+    """Run ``objective()``; return its result and the logits of every row of each pass the head made in it."""
+    seen: list[torch.Tensor] = []
+    step = head.step_hidden
+
+    def wrapped(tokens, hidden, positions, mask, past=None):
+        out = step(tokens, hidden, positions, mask, past)
+        seen.append(head.logits(out[0]))
+        return out
+
+    head.step_hidden = wrapped
+    try:
+        result = objective()
+    finally:
+        del head.step_hidden
+    return result, seen
+
+
 @SHAPES
 @torch.no_grad()
 def test_parallel_packing_equals_one_drafting_pass_per_anchor(shape):
@@ -60,19 +78,8 @@ def test_parallel_packing_equals_one_drafting_pass_per_anchor(shape):
     drafting pass gives: real rows up to the anchor, then depth-1 mask rows, plain causal attention."""
     head, batch, depth = _head(parallel=True, shape=shape), _batch(shape=shape), 4
     anchors = torch.tensor([2, 5, 7])
-    logits_packed = {}
-
-    def capture(step):
-        def wrapped(tokens, hidden, positions, mask, past=None):
-            out = step(tokens, hidden, positions, mask, past)
-            logits_packed["all"] = out[0]
-            return out
-        return wrapped
-
-    head.step = capture(head.step)
-    result = parallel_loss(head, batch, depth=depth, anchors=anchors, mask_token=MASK)
-    del head.step
-    packed = logits_packed["all"]
+    result, (packed,) = _logits_of_every_pass(
+        head, lambda: parallel_loss(head, batch, depth=depth, anchors=anchors, mask_token=MASK))
     rows = batch.tokens.shape[1] - 1
     for i, a in enumerate(anchors.tolist()):
         n = a + 1 + depth - 1
@@ -81,9 +88,53 @@ def test_parallel_packing_equals_one_drafting_pass_per_anchor(shape):
         causal = torch.ones(n, n, dtype=torch.bool).tril()
         alone, _, _ = head.step(tokens, hidden, torch.arange(n), causal)
         torch.testing.assert_close(packed[:, : a + 1], alone[:, : a + 1])
-        lo = rows + i * (depth - 1)
-        torch.testing.assert_close(packed[:, lo:lo + depth - 1], alone[:, a + 1:])
+        # Mask rows are depth-major: anchor i's depth-k row is the i-th of depth k's rows.
+        at = [rows + (k - 1) * len(anchors) + i for k in range(1, depth)]
+        torch.testing.assert_close(packed[:, at], alone[:, a + 1:])
     assert len(result.hits) == depth and result.chain.shape == (2, 3, depth)
+
+
+@SHAPES
+@torch.no_grad()
+def test_per_sequence_anchors_and_sampled_depths_pack_like_one_drafting_pass(shape):
+    """Whole-prompt windows give each sequence its own anchors, and depth sampling keeps a nested subset of
+    deep rows: every kept mask row must still equal its row in vLLM's drafting pass for that sequence."""
+    from models.trainer.objectives import depth_rows
+
+    head, batch, depth = _head(parallel=True, shape=shape), _batch(shape=shape), 4
+    anchors = torch.tensor([[7, 2, 5, 9], [1, 8, 3, 6]])  # random order: the first slots draft deepest
+    keep = [1.0, 0.5, 0.25]
+    slot, row_depth = depth_rows(anchors.shape[1], depth, keep)
+    assert row_depth.tolist() == [1, 1, 1, 1, 2, 2, 3] and slot.tolist() == [0, 1, 2, 3, 0, 1, 0]
+    result, (packed,) = _logits_of_every_pass(
+        head, lambda: parallel_loss(head, batch, depth=depth, anchors=anchors, mask_token=MASK, keep=keep))
+    rows = batch.tokens.shape[1] - 1
+    for b in range(2):
+        for i, a in enumerate(anchors[b].tolist()):
+            n = a + 1 + depth - 1
+            tokens = torch.cat([batch.tokens[b:b + 1, 1:a + 2], torch.full((1, depth - 1), MASK)], 1)
+            hidden = torch.cat([head.fc(batch.fused[b:b + 1, :a + 1]),
+                                head.shared_hidden().expand(1, depth - 1, -1)], 1)
+            alone, _, _ = head.step(tokens, hidden, torch.arange(n), torch.ones(n, n, dtype=torch.bool).tril())
+            for row in ((slot == i) & (row_depth > 0)).nonzero().flatten().tolist():
+                torch.testing.assert_close(packed[b, rows + row], alone[0, a + int(row_depth[row])])
+    assert result.chain is None and [c > 0 for c in result.counts] == [True] * depth
+
+
+def test_soft_targets_that_are_one_hot_give_the_hard_loss():
+    """KL distillation to a one-hot top-k distribution is cross-entropy on its label: the soft path can be
+    checked against the hard one; a spread distribution gives another loss."""
+    head, batch = _head(parallel=False), _batch()
+    k = 4
+    ids = torch.stack([batch.labels, *(torch.randint(0, SHAPE.vocab_size, batch.labels.shape) for _ in range(k - 1))], -1)
+    one_hot = torch.zeros(*batch.labels.shape, k)
+    one_hot[..., 0] = 1.0
+    hard = sequential_loss(head, batch, depth=2).loss
+    soft = sequential_loss(head, TargetBatch(**{**batch.__dict__, "top_ids": ids, "top_probs": one_hot}), depth=2).loss
+    torch.testing.assert_close(soft, hard)
+    spread = torch.full((*batch.labels.shape, k), 1.0 / k)
+    other = sequential_loss(head, TargetBatch(**{**batch.__dict__, "top_ids": ids, "top_probs": spread}), depth=2).loss
+    assert abs(other.item() - hard.item()) > 1e-3
 
 
 @SHAPES
@@ -91,18 +142,7 @@ def test_parallel_packing_equals_one_drafting_pass_per_anchor(shape):
 def test_training_time_test_equals_incremental_sequential_drafting(shape):
     """Pass d of the EAGLE-3 objective must equal drafting step by step with a KV cache, as vLLM does."""
     head, batch, depth = _head(parallel=False, shape=shape), _batch(b=1, shape=shape), 3
-    seen = []
-
-    def capture(step):
-        def wrapped(tokens, hidden, positions, mask, past=None):
-            out = step(tokens, hidden, positions, mask, past)
-            seen.append(out[0])
-            return out
-        return wrapped
-
-    head.step = capture(head.step)
-    sequential_loss(head, batch, depth=depth)
-    del head.step
+    _, seen = _logits_of_every_pass(head, lambda: sequential_loss(head, batch, depth=depth))
     t = batch.tokens.shape[1]
     anchor = 4
     # First pass over real rows 0..anchor, then one row per step attending to everything before it.

@@ -48,7 +48,7 @@ def test_the_leak_check_finds_a_humaneval_prompt_or_solution(humaneval):
     assert f"{task_id} canonical solution" in coding_tasks.leaks([f"def f():\n{solution}"])
 
 
-def _features(tmp_path, lengths, answer_starts, width=6) -> Features:
+def _features(tmp_path, lengths, answer_starts, width=6, top_k=0) -> Features:
     rng = np.random.default_rng(0)
     total = sum(lengths)
     tokens = rng.integers(0, 50, total).astype(np.int32)
@@ -60,7 +60,11 @@ def _features(tmp_path, lengths, answer_starts, width=6) -> Features:
     fused = np.memmap(tmp_path / "fused.f16", dtype=np.float16, mode="w+", shape=(total, width))
     fused[:] = np.arange(total, dtype=np.float16)[:, None]  # each row's own position, to find it again
     fused.flush()
-    (tmp_path / "features.json").write_text(json.dumps({"tokens": total, "width": width}))
+    if top_k:  # the label first, then other tokens, with falling logits
+        others = [rng.integers(0, 50, total) for _ in range(top_k - 1)]
+        np.save(tmp_path / "top_ids.npy", np.stack([labels, *others], -1).astype(np.int32))
+        np.save(tmp_path / "top_logits.npy", np.tile(-np.arange(top_k, dtype=np.float16), (total, 1)))
+    (tmp_path / "features.json").write_text(json.dumps({"tokens": total, "width": width, "top_k": top_k}))
     return Features.load(tmp_path)
 
 
@@ -86,6 +90,42 @@ def test_windows_stay_inside_one_sample_and_count_only_answer_labels(tmp_path):
             assert not valid[n_real:].any()
             # Windows start at most `context` rows before the answer.
             assert position >= lo + max(0, features.answer_starts[sample] - 3)
+
+
+def test_whole_prompt_windows_start_at_the_first_prompt_token(tmp_path):
+    """``context=None``: each window is its whole sample (capped at ``window`` rows), so positions are the
+    sample's own; a batch is padded to its longest window, and padding never counts."""
+    features = _features(tmp_path, lengths=[30, 12, 40], answer_starts=[10, 4, 25])
+    windows = FeatureWindows(features, np.arange(3), window=35, context=None, vocab=None, vocab_size=50)
+    batch = windows.evaluation(3)
+    assert batch.tokens.shape == (3, 35)
+    for row, (lo, n, answer) in enumerate([(0, 30, 10), (30, 12, 4), (42, 35, 25)]):
+        positions = batch.fused[row, :n, 0].long()
+        assert torch.equal(positions, torch.arange(lo, lo + n))
+        assert batch.valid[row].nonzero().flatten().tolist() == list(range(answer - 1, min(n, 40 - 1) if row == 2
+                                                                          else n - 1))
+        assert not batch.valid[row, n:].any()
+
+
+def test_soft_targets_are_the_top_k_softmax_inside_the_draft_vocabulary(tmp_path):
+    features = _features(tmp_path, lengths=[30, 12, 40], answer_starts=[10, 4, 25], top_k=4)
+    vocab = draft_vocab(features, np.arange(3), size=20, vocab_size=50)
+    windows = FeatureWindows(features, np.arange(3), window=64, context=None, vocab=vocab, vocab_size=50, soft=True)
+    batch = windows.evaluation(3)
+    inside = batch.top_ids >= 0
+    assert inside.any() and (~inside).any()
+    assert (batch.top_probs[~inside] == 0).all()
+    sums = batch.top_probs.sum(-1)
+    some = inside.any(-1) & batch.valid
+    torch.testing.assert_close(sums[some], torch.ones_like(sums[some]))
+    # Two tokens inside: their probabilities keep the ratio of the target's softmax (logits 0, -1, -2, -3).
+    both = inside[..., 0] & inside[..., 1] & ~inside[..., 2] & ~inside[..., 3] & batch.valid
+    if both.any():
+        ratio = batch.top_probs[both][:, 0] / batch.top_probs[both][:, 1]
+        torch.testing.assert_close(ratio, torch.full_like(ratio, float(np.e)))
+    with pytest.raises(ValueError, match="top_k"):
+        FeatureWindows(_features(tmp_path, [5], [2]), np.arange(1), window=8, context=None, vocab=None,
+                       vocab_size=50, soft=True)
 
 
 def test_draft_vocabulary_maps_labels_and_writes_vllms_offsets(tmp_path):
