@@ -200,8 +200,8 @@ def model_pair(kind: str) -> Pair:
                         pair.report().get("serve_k"))
         if real_pair.existing("demo") is None:
             print("      building the real pair once (cached under ~/.cache/peagle/models): the target from its "
-                  "wheel, its answers to 160 coding tasks, its features, one P-EAGLE head, and the K at which "
-                  "it is fastest here")
+                  "wheel, its answers to 160 coding tasks, its features, one P-EAGLE head and vLLM's measure "
+                  "of its acceptance")
         pair = real_pair.build("demo", log=_log)
         return Pair("SmolLM2-135M-Instruct + the demo recipe's P-EAGLE head", pair.target, pair.drafter, True,
                     pair.report().get("serve_k"), benchmark_k(pair.drafter))
