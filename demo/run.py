@@ -397,7 +397,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def _teardown_runtime(runtime: LocalRuntime) -> None:
     try:
         runtime.stop()
-        print("      runtime stopped", flush=True)
+        print(f"      {runtime.name} stopped", flush=True)
     except Exception as error:  # keep tearing down the rest
         print(f"      could not stop the runtime cleanly: {error}", file=sys.stderr)
 
