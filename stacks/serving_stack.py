@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from aws_cdk import CfnOutput, DefaultStackSynthesizer, Stack, Tags
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from peagle_constructs import ContainerImage, PEagleComponentEndpoint, PEagleEndpoint, PEagleInferenceComponent
 
-from stacks.environments import EnvironmentConfig
+from stacks.environments import ComponentHosting, EnvironmentConfig
 from stacks.release import IMAGE_TAG_PREFIX, VERSION
 
 VERSION_VAR = "PEAGLE_VERSION"
@@ -35,41 +37,24 @@ class PEagleStack(Stack):
             **kwargs,
         )
         self.config = config
-        model = dict(
-            serving=config.serving,
-            image=image,
-            monitoring=config.alarms,
-            alarm_subscribers=config.alarm_subscribers,
-            weights_key=(kms.Key.from_key_arn(self, "WeightsKey", config.weights_key_arn)
-                         if config.weights_key_arn else None),
-            network_isolation=config.network_isolation,
-            preset=config.preset,
-            # The release in the model's environment: a new release is a new model (as its image is). The git
-            # revision is an output only: in the model it would replace the endpoint's model on every commit.
-            environment={VERSION_VAR: VERSION},
-        )
-        fleet = dict(
-            instance_type=config.instance_type,
-            instance_count=config.instance_count,
-            endpoint_name=config.endpoint_name,
-            detailed_observability=config.detailed_observability,
-            encrypt_volume=config.encrypt_volume,
-            container_startup_health_check_timeout=config.container_startup_health_check_timeout,
-            model_data_download_timeout=config.model_data_download_timeout,
-            log_retention=config.log_retention,
-            removal_policy=config.removal_policy,
-        )
+        # The release in the model's environment: a new release is a new model (as its image is). The git
+        # revision is an output only: in the model it would replace the endpoint's model on every commit.
+        model = replace(config.model, environment={**config.model.environment, VERSION_VAR: VERSION})
+        weights_key = kms.Key.from_key_arn(self, "WeightsKey", config.weights_key_arn) if config.weights_key_arn else None
+        hosting = config.hosting
         self.component: PEagleInferenceComponent | None = None
-        if config.components is None:
-            self.endpoint = PEagleEndpoint(self, ENDPOINT_ID, autoscaling=config.autoscaling,
-                                           deployment=config.deployment, **fleet, **model)
-        else:
-            hosting = config.components
-            self.endpoint = PEagleComponentEndpoint(self, ENDPOINT_ID, instance_scaling=hosting.instance_scaling,
-                                                    allow_scale_to_zero=config.allow_scale_to_zero, **fleet)
+        if isinstance(hosting, ComponentHosting):
+            self.endpoint = PEagleComponentEndpoint(
+                self, ENDPOINT_ID, fleet=config.fleet, instance_scaling=hosting.instance_scaling,
+                allow_scale_to_zero=hosting.allow_scale_to_zero, endpoint_name=config.endpoint_name)
             self.component = self.endpoint.add_component(
-                COMPONENT_ID, component_name=config.component_name, copy_count=hosting.copy_count,
-                compute=hosting.compute, scaling=hosting.copy_scaling, deployment=hosting.deployment, **model)
+                COMPONENT_ID, model=model, image=image, component_name=config.component_name,
+                copy_count=hosting.copy_count, compute=hosting.compute, scaling=hosting.scaling,
+                deployment=hosting.deployment, weights_key=weights_key)
+        else:
+            self.endpoint = PEagleEndpoint(
+                self, ENDPOINT_ID, model=model, image=image, fleet=config.fleet, endpoint_name=config.endpoint_name,
+                scaling=hosting.scaling, deployment=hosting.deployment, weights_key=weights_key)
         revision = self.node.try_get_context(GIT_REVISION_CONTEXT) or "unset"
         CfnOutput(self, "Version", value=VERSION, description="the release of this project that built the stack")
         CfnOutput(self, "GitRevision", value=str(revision), description="the commit the pipeline deployed")
@@ -77,7 +62,7 @@ class PEagleStack(Stack):
         if self.component is not None:
             CfnOutput(self, "InferenceComponentName", value=self.component.component_name,
                       description="name it in every request (InferenceComponentName)")
-            if config.components.copy_scaling.min_copies == 0:
+            if hosting.scaling.min_copies == 0:
                 CfnOutput(self, "WhenIdle", value=WHEN_IDLE, description="the first request after a quiet spell")
         for key, value in config.tags.items():
             Tags.of(self).add(key, value)

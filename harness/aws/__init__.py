@@ -5,7 +5,7 @@ metric filters, SNS topic policies and subscriptions (cfn_types.py); adds SageMa
 moto lacks: a store, their API actions and their CloudFormation type (inference_components.py, cfn_types.py);
 and fixes the places where moto's own models break our stacks: GPU instance types, fixed SageMaker names,
 tagged KMS keys, managed-policy deletion, endpoint configs without a model, copy-count autoscaling
-(fidelity.py); see NOTES.md. ``server`` runs ``moto_server`` on loopback with the extension loaded,
+(moto_patches.py); see NOTES.md. ``server`` runs ``moto_server`` on loopback with the extension loaded,
 for the real CDK CLI.
 """
 
@@ -26,9 +26,9 @@ def register() -> tuple[str, ...]:
     """Load the extension into moto in this process; return the types now handled. Safe to call twice."""
     from moto.cloudformation import parsing
 
-    from harness.aws import cfn_types, fidelity, inference_components
+    from harness.aws import cfn_types, inference_components, moto_patches
 
-    fidelity.install()
+    moto_patches.install()
     inference_components.install()
 
     # moto caches its type map on first use (functools.lru_cache): a stack parsed before our classes were

@@ -34,7 +34,7 @@ SAMPLES = "samples.jsonl"
 def generate(target: Path, messages: Sequence[list[dict]], out: Path, *, max_tokens: int, max_model_len: int = 1024,
              batch: int = 128, log=print) -> Path:
     """Greedy answers of ``target`` to ``messages`` (chat), by vLLM in a child process; returns samples.jsonl."""
-    from harness.runtime import cpu_engine_environment
+    from models.cpu_engine import cpu_engine_environment
 
     out.mkdir(parents=True, exist_ok=True)
     request = out / "generate.json"
@@ -61,8 +61,10 @@ def _generate_child(request_path: str, samples_path: str) -> int:
     from vllm import LLM, SamplingParams
 
     request = json.loads(Path(request_path).read_text())
-    llm = LLM(model=request["target"], dtype="float32", enforce_eager=True, seed=0,
-              max_model_len=request["max_model_len"], max_num_seqs=request["batch"])
+    from models.cpu_engine import exact_engine_kwargs
+
+    llm = LLM(**exact_engine_kwargs(request["target"], max_model_len=request["max_model_len"],
+                                    max_num_seqs=request["batch"]))
     tokenizer = llm.get_tokenizer()
     room = request["max_model_len"] - request["max_tokens"]
     prompts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=True) for m in request["messages"]]

@@ -31,7 +31,7 @@ def measure(target: Path, configs: Sequence[dict], prompts: Sequence[list[int]],
 
 def _measure_one(target: Path, config: dict, prompts: Sequence[list[int]], *, max_tokens: int, workdir: Path,
                  log) -> dict:
-    from harness.runtime import cpu_engine_environment
+    from models.cpu_engine import cpu_engine_environment
 
     env = {**cpu_engine_environment(), "PYTHONPATH": str(REPO_ROOT), "PEAGLE_FUSED_DRAFT": "0",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
@@ -56,11 +56,10 @@ def _child(request_path: str, out_path: str) -> int:
     from harness import spec_metrics
 
     request = json.loads(Path(request_path).read_text())
-    kwargs = dict(model=request["target"], dtype="float32", enforce_eager=True, seed=0, max_model_len=2048,
-                  max_num_seqs=4, disable_log_stats=False)
-    if request["speculative_config"] is not None:
-        kwargs["speculative_config"] = request["speculative_config"]
-    llm = LLM(**kwargs)
+    from models.cpu_engine import exact_engine_kwargs
+
+    llm = LLM(**exact_engine_kwargs(request["target"], max_model_len=2048, max_num_seqs=4, disable_log_stats=False,
+                                    speculative_config=request["speculative_config"]))
     params = SamplingParams(temperature=0.0, max_tokens=request["max_tokens"])
     prompts = [{"prompt_token_ids": p} for p in request["prompts"]]
     llm.generate(prompts[:1], params, use_tqdm=False)  # warm-up: first-call costs stay out of the timing

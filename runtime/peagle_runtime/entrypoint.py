@@ -48,7 +48,7 @@ _SPEC_METRICS_FLAG = "per_request_spec_decode_metrics"
 # SageMaker sends SIGTERM and SIGKILLs 30 s later. vLLM 0.32's two shutdown modes: 0 ("abort") aborts every
 # in-flight request and stops the engine at once - the aborts' final events reach the server only when the
 # engine sends them before it is killed, a race (a stream that loses it is ended by the middleware,
-# request_metrics.SHUTDOWN_GRACE_S later); a positive timeout ("drain") lets requests run but never aborts
+# shutdown.SHUTDOWN_GRACE_S later); a positive timeout ("drain") lets requests run but never aborts
 # the ones still running at the deadline, and their streams hang until SIGKILL (both measured in
 # tests/runtime/test_shutdown.py). SageMaker stops an instance after traffic has moved away, so abort.
 SHUTDOWN_TIMEOUT_S = 0

@@ -26,3 +26,22 @@ def image():
     from peagle_constructs import ContainerImage
 
     return ContainerImage.from_uri(IMAGE_URI)
+
+
+@pytest.fixture
+def endpoint(stack, serving, image):
+    """A PEagleEndpoint of four instances deployed by canary: what the composite's tests read."""
+    from aws_cdk import Duration
+
+    from peagle_constructs import DeploymentPolicy, FleetProps, ModelProps, PEagleEndpoint
+
+    return PEagleEndpoint(stack, "Serving", model=ModelProps(serving=serving), image=image,
+                          fleet=FleetProps(instance_type="ml.g6e.12xlarge", instance_count=4),
+                          deployment=DeploymentPolicy.canary(percent=25, bake=Duration.minutes(12)))
+
+
+@pytest.fixture
+def template(stack, endpoint):
+    from aws_cdk.assertions import Template
+
+    return Template.from_stack(stack)

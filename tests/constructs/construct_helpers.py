@@ -21,3 +21,9 @@ def statements(policy: dict) -> list[dict]:
 
 def as_text(value: object) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+# The alarms every endpoint (and component) gets: those a deployment rolls back on, those that only notify.
+ROLLBACK = {"TimeToFirstTokenP90", "TimePerOutputTokenP90", "Invocation5XXErrorRate", "InvocationModelErrorRate",
+            "AcceptanceRate"}
+NOTIFY_ONLY = {"ModelLatencyP99", "VllmTimeToFirstTokenP90", "VllmInterTokenLatencyP90", "VllmAcceptanceRate"}

@@ -7,8 +7,8 @@ from aws_cdk import Duration
 from aws_cdk.assertions import Template
 
 from peagle_constructs import (
-    AlarmThresholds, ComputeRequirements, ConfigError, CopyScaling, DeploymentPolicy, InstanceScaling,
-    PEagleComponentEndpoint,
+    AlarmThresholds, ComputeRequirements, ConfigError, CopyScaling, DeploymentPolicy, FleetProps, InstanceScaling,
+    ModelProps, PEagleComponentEndpoint,
 )
 from tests import policy_judge
 from tests.constructs.construct_helpers import one, resources
@@ -18,13 +18,13 @@ NAME = "fleet"
 
 @pytest.fixture
 def fleet(stack) -> PEagleComponentEndpoint:
-    return PEagleComponentEndpoint(stack, "Fleet", endpoint_name=NAME, instance_type="ml.g6e.xlarge",
+    return PEagleComponentEndpoint(stack, "Fleet", endpoint_name=NAME, fleet=FleetProps(instance_type="ml.g6e.xlarge"),
                                    instance_scaling=InstanceScaling(min_instances=0, max_instances=2))
 
 
 @pytest.fixture
 def template(stack, fleet, serving, image) -> Template:
-    fleet.add_component("Chat", serving=serving, image=image, scaling=CopyScaling(min_copies=0),
+    fleet.add_component("Chat", model=ModelProps(serving=serving), image=image, scaling=CopyScaling(min_copies=0),
                         deployment=DeploymentPolicy.rolling(copies=1, bake=Duration.minutes(5)))
     return Template.from_stack(stack)
 
@@ -107,7 +107,7 @@ def test_the_first_failed_request_wakes_a_component_from_zero(template):
 
 
 def test_no_wake_up_policy_where_copies_keep_a_floor(stack, fleet, serving, image):
-    fleet.add_component("Chat", serving=serving, image=image, scaling=CopyScaling(min_copies=1))
+    fleet.add_component("Chat", model=ModelProps(serving=serving), image=image, scaling=CopyScaling(min_copies=1))
     template = Template.from_stack(stack)
     (target,) = _by_type(template, "AWS::ApplicationAutoScaling::ScalableTarget")
     assert target["MinCapacity"] == 1
@@ -149,13 +149,13 @@ def test_the_components_alarms_may_notify_its_topic(template):
 
 
 def test_two_models_share_the_fleet(stack, fleet, serving, image):
-    fleet.add_component("Chat", serving=serving, image=image)
-    fleet.add_component("Code", serving=serving, image=image, compute=ComputeRequirements(memory_mib=8192))
+    fleet.add_component("Chat", model=ModelProps(serving=serving), image=image)
+    fleet.add_component("Code", model=ModelProps(serving=serving), image=image, compute=ComputeRequirements(memory_mib=8192))
     template = Template.from_stack(stack)
     names = sorted(c["InferenceComponentName"] for c in _by_type(template, "AWS::SageMaker::InferenceComponent"))
     assert names == [f"{NAME}-chat", f"{NAME}-code"]
     with pytest.raises(ConfigError, match="^component_name: .*already on this endpoint"):
-        fleet.add_component("Again", component_name=f"{NAME}-chat", serving=serving, image=image)
+        fleet.add_component("Again", component_name=f"{NAME}-chat", model=ModelProps(serving=serving), image=image)
 
 
 @pytest.mark.parametrize(("props", "field", "allowed"), [
@@ -174,7 +174,7 @@ def test_two_models_share_the_fleet(stack, fleet, serving, image):
 ])
 def test_bad_components_fail_at_construction(fleet, serving, image, props, field, allowed):
     with pytest.raises(ConfigError) as caught:
-        fleet.add_component("Chat", serving=serving, image=image, **props)
+        fleet.add_component("Chat", model=ModelProps(serving=serving), image=image, **props)
     assert caught.value.field_name == field and allowed in str(caught.value), str(caught.value)
 
 
@@ -183,23 +183,25 @@ def test_bad_components_fail_at_construction(fleet, serving, image, props, field
      "min_instances <= max_instances"),
     ({"instance_scaling": InstanceScaling(min_instances=0), "allow_scale_to_zero": False},
      "instance_scaling.min_instances", "floor above zero"),
-    ({"instance_count": 3}, "instance_count", "1..2"),
+    ({"fleet": FleetProps(instance_type="ml.g6e.xlarge", instance_count=3)}, "instance_count", "1..2"),
 ])
 def test_bad_fleets_fail_at_construction(stack, props, field, allowed):
     with pytest.raises(ConfigError) as caught:
-        PEagleComponentEndpoint(stack, "Fleet", endpoint_name=NAME, instance_type="ml.g6e.xlarge", **props)
+        PEagleComponentEndpoint(stack, "Fleet", endpoint_name=NAME, **{
+            "fleet": FleetProps(instance_type="ml.g6e.xlarge"), **props})
     assert caught.value.field_name == field and allowed in str(caught.value), str(caught.value)
 
 
 def test_a_floor_of_zero_copies_is_refused_where_the_fleet_keeps_one(stack, serving, image):
-    fleet = PEagleComponentEndpoint(stack, "Fleet", endpoint_name=NAME, instance_type="ml.g6e.xlarge",
+    fleet = PEagleComponentEndpoint(stack, "Fleet", endpoint_name=NAME, fleet=FleetProps(instance_type="ml.g6e.xlarge"),
                                     allow_scale_to_zero=False)
     with pytest.raises(ConfigError, match="^scaling.min_copies: got 0, and this environment keeps a floor"):
-        fleet.add_component("Chat", serving=serving, image=image, scaling=CopyScaling(min_copies=0))
+        fleet.add_component("Chat", model=ModelProps(serving=serving), image=image, scaling=CopyScaling(min_copies=0))
 
 
 def test_alarm_thresholds_apply_per_component(stack, fleet, serving, image):
-    fleet.add_component("Chat", serving=serving, image=image, monitoring=AlarmThresholds(ttft_p90_ms=900.0))
+    fleet.add_component("Chat", model=ModelProps(serving=serving, alarm_thresholds=AlarmThresholds(ttft_p90_ms=900.0)),
+                        image=image)
     alarms = _by_type(Template.from_stack(stack), "AWS::CloudWatch::Alarm")
     (ttft,) = [a for a in alarms if a["AlarmName"] == f"{NAME}-chat-TimeToFirstTokenP90"]
     assert ttft["Threshold"] == 900.0

@@ -9,7 +9,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from harness.aws import cfn_types, fidelity, inventory
+from harness.aws import cfn_types, inventory, moto_patches
 
 # Fake credentials, us-east-1 and the extension loaded, for every test here (conftest.py).
 pytestmark = pytest.mark.usefixtures("moto_region")
@@ -93,7 +93,7 @@ def test_policy_on_an_unregistered_target_fails_the_stack() -> None:
 
 @pytest.mark.parametrize("instance_type", ["ml.g5.12xlarge", "ml.g6e.xlarge", "ml.p5.48xlarge", "ml.inf2.24xlarge"])
 def test_current_gpu_instance_types_are_accepted(instance_type: str) -> None:
-    assert fidelity.LLM_INSTANCE_TYPE.match(instance_type)
+    assert moto_patches.LLM_INSTANCE_TYPE.match(instance_type)
 
 
 @pytest.mark.parametrize("instance_type", ["ml.g6.2xlage", "ml.g6.2xlarge ", "g6.2xlarge", "ml.zz9.xlarge"])

@@ -45,18 +45,18 @@ def _assert_components_scale_from_zero(session: boto3.Session, env) -> None:  # 
     sm, aas = session.client("sagemaker"), session.client("application-autoscaling")
     component = sm.describe_inference_component(InferenceComponentName=env.component_name)
     assert component["InferenceComponentStatus"] == "InService" and component["EndpointName"] == env.endpoint_name
-    assert component["RuntimeConfig"]["DesiredCopyCount"] == env.components.copy_count
+    assert component["RuntimeConfig"]["DesiredCopyCount"] == env.hosting.copy_count
     config = sm.describe_endpoint_config(EndpointConfigName=sm.describe_endpoint(
         EndpointName=env.endpoint_name)["EndpointConfigName"])
     assert config["ProductionVariants"][0]["ManagedInstanceScaling"]["MinInstanceCount"] == \
-        env.components.instance_scaling.min_instances
+        env.hosting.instance_scaling.min_instances
     (target,) = aas.describe_scalable_targets(ServiceNamespace="sagemaker",
                                               ResourceIds=[f"inference-component/{env.component_name}"])["ScalableTargets"]
-    assert target["MinCapacity"] == env.components.copy_scaling.min_copies
+    assert target["MinCapacity"] == env.hosting.scaling.min_copies
     policies = aas.describe_scaling_policies(ServiceNamespace="sagemaker",
                                              ResourceId=f"inference-component/{env.component_name}")["ScalingPolicies"]
     kinds = {p["PolicyType"]: p for p in policies}
-    if env.components.copy_scaling.min_copies == 0:
+    if env.hosting.scaling.min_copies == 0:
         step = kinds["StepScaling"]
         alarms = session.client("cloudwatch").describe_alarms(AlarmNamePrefix=env.component_name)["MetricAlarms"]
         (wake,) = [a for a in alarms if a.get("MetricName") == "NoCapacityInvocationFailures"]
@@ -96,16 +96,16 @@ def test_stage_creates_every_resource_and_deletes_all(stage: str, stage_stacks, 
                 assert counts[label] >= 1, f"{stage}: the template declares no {label}\n{table}"
             assert counts["alarm"] >= 2, f"{stage}: expected TTFT and error alarms at least\n{table}"
             env = next(env for env in ENVIRONMENTS if env.name == stage)
-            assert counts["alarm subscription"] == sum(s.kind != "topic" for s in env.alarm_subscribers), table
-            assert counts["inference component"] == (env.components is not None), table
+            assert counts["alarm subscription"] == sum(s.kind != "topic" for s in env.model.alarm_subscribers), table
+            assert counts["inference component"] == env.hosts_components, table
 
             # The autoscaling target names what CloudFormation created, by its real name: the endpoint's
             # variant, or the inference component.
             held = _everything(session)
             targets = held["scalable targets"]
-            scaled = held["inference components"] if env.components else held["endpoints"]
+            scaled = held["inference components"] if env.hosts_components else held["endpoints"]
             assert targets and all(t.split("/")[1] in scaled for t in targets), (targets, scaled)
-            if env.components is not None:
+            if env.hosts_components:
                 _assert_components_scale_from_zero(session, env)
 
             cfn.delete_stack(StackName=stack.stack_name)

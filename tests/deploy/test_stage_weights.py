@@ -1,4 +1,4 @@
-"""`peagle-stage-weights` against moto's S3 server on loopback, through the installed console script and
+"""`python -m harness.stage_weights` (what `make stage-weights` runs) against moto's S3 server on loopback, with
 AWS_ENDPOINT_URL (as a user points it at any S3 endpoint): a good pair lands in the layout the stacks
 deploy with its manifest last; a rerun skips what is there; a drafter without mask_hidden is refused with
 nothing uploaded; the entrypoint accepts the pinned bundle and refuses another."""
@@ -18,7 +18,7 @@ from peagle_contract.bundle import MANIFEST_DIGEST_VAR, MANIFEST_NAME, digest, f
 from safetensors.torch import load_file, save_file
 
 BUNDLE = "s3://peagle-weights-test/bundles/tiny-p-eagle/"
-SCRIPT = Path(sys.executable).with_name("peagle-stage-weights")
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,8 @@ def s3(emulator):
 
 
 def _stage(emulator, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SCRIPT), *args], env=emulator.client_environment(), capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "harness.stage_weights", *args], cwd=REPO_ROOT,
+                          env=emulator.client_environment(), capture_output=True, text=True,
                           timeout=300)
 
 

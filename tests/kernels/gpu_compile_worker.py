@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 if os.environ.get("TRITON_INTERPRET") == "1":
     sys.exit("gpu_compile_worker: unset TRITON_INTERPRET (the interpreter cannot compile kernels)")
@@ -22,7 +23,8 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from peagle_runtime.kernels.fused import fused_parallel_draft_input_kernel  # noqa: E402
-from peagle_runtime.kernels.staged import staged_layout_kernel  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from staged_baseline import staged_layout_kernel  # noqa: E402
 
 FUSED_TYPES = dict(
     target_token_ids_ptr="*i32", target_positions_ptr="*i64", target_hidden_ptr="*{h}", target_hidden_stride="i32",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fused_e2e_worker import MAX_MODEL_LEN, MAX_TOKENS, NEAR_LIMIT_PROMPT_TOKENS, PROMPTS
-from harness.runtime import cpu_engine_environment
+from models.cpu_engine import cpu_engine_environment
 from models.tiny import build
 
 HERE = Path(__file__).resolve().parent

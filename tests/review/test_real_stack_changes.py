@@ -42,7 +42,7 @@ class _Renamed(EnvironmentConfig):
 
     @property
     def component_name(self) -> str | None:
-        return None if self.components is None else "peagle-dev-gpt-oss-20b-blue"
+        return None if not self.hosts_components else "peagle-dev-gpt-oss-20b-blue"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -65,17 +65,20 @@ def base() -> dict:
 
 
 CHANGES = {
-    "k": lambda: replace(SINGLE, serving=replace(SINGLE.serving, num_speculative_tokens=5)),
-    "instance-type": lambda: replace(SINGLE, instance_type="ml.g6e.4xlarge"),
+    "k": lambda: replace(SINGLE, model=replace(SINGLE.model, serving=replace(SINGLE.model.serving,
+                                                                               num_speculative_tokens=5))),
+    "instance-type": lambda: replace(SINGLE, fleet=replace(SINGLE.fleet, instance_type="ml.g6e.4xlarge")),
     "endpoint-name": lambda: _renamed(SINGLE),
-    "weights-bundle": lambda: replace(SINGLE, serving=replace(
-        SINGLE.serving, target_model="s3://peagle-weights-staging/bundles/gpt-oss-20b-v2/target/",
-        drafter_model="s3://peagle-weights-staging/bundles/gpt-oss-20b-v2/drafter/", bundle_manifest_sha256="c0" * 32)),
-    "alarm-threshold": lambda: replace(SINGLE, alarms=AlarmThresholds(ttft_p90_ms=1500.0)),
+    "weights-bundle": lambda: replace(SINGLE, model=replace(SINGLE.model, serving=replace(
+        SINGLE.model.serving, target_model="s3://peagle-weights-staging/bundles/gpt-oss-20b-v2/target/",
+        drafter_model="s3://peagle-weights-staging/bundles/gpt-oss-20b-v2/drafter/", bundle_manifest_sha256="c0" * 32))),
+    "alarm-threshold": lambda: replace(SINGLE, model=replace(SINGLE.model,
+                                                             alarm_thresholds=AlarmThresholds(ttft_p90_ms=1500.0))),
 }
 # Dev serves an inference component: changes measured against Dev's own template.
 COMPONENT_CHANGES = {
-    "component-k": lambda: replace(DEV, serving=replace(DEV.serving, num_speculative_tokens=5)),
+    "component-k": lambda: replace(DEV, model=replace(DEV.model, serving=replace(DEV.model.serving,
+                                                                                      num_speculative_tokens=5))),
     "component-name": lambda: _renamed(DEV, _ComponentRenamed),
 }
 

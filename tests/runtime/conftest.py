@@ -21,18 +21,18 @@ def server(tiny_pair, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def demo_engines(tmp_path_factory):
-    """P-EAGLE (K=4) on the trained demo pair and a no-speculation baseline on its target, side by side.
+    """P-EAGLE (K=4) on the trained toy pair and a no-speculation baseline on its target, side by side.
 
     The pair is built once per machine (minutes; cached by content in models.cache), in its own process: the
     builder pins torch's threads and determinism for reproducible weights, which this process must not inherit."""
     import subprocess
     import sys
 
-    from models import demo_pair
+    from models import toy_pair
 
-    if demo_pair.existing_pair() is None:
-        subprocess.run([sys.executable, "-m", "models.demo_pair"], check=True, capture_output=True)
-    pair = demo_pair.existing_pair()
+    if toy_pair.existing_pair() is None:
+        subprocess.run([sys.executable, "-m", "models.toy_pair"], check=True, capture_output=True)
+    pair = toy_pair.existing_pair()
     assert pair is not None
     logs = tmp_path_factory.mktemp("demo-engines")
     spec = RuntimeServer(target=pair.target, drafter=pair.drafter, k=4, log_dir=logs, name="demo-peagle-k4")
@@ -48,7 +48,7 @@ def demo_engines(tmp_path_factory):
             srv.stop()
 
 
-# What each bad request got, shown at the end of the run (the issue asks for this table in the report).
+# What each bad request got, shown at the end of the run (a table of refusals a reviewer reads).
 _BAD_REQUEST_TABLE: list[tuple[str, int, str]] = []
 
 

@@ -1,5 +1,5 @@
 """P-EAGLE does not change the output: greedy tokens equal the no-speculation engine's, prompt by prompt,
-with a drafter that gets most of its tokens accepted - the trained demo pair (models.demo_pair), on prompts
+with a drafter that gets most of its tokens accepted - the trained toy pair (models.toy_pair), on prompts
 held out of its training. Equal output from a drafter that accepts nothing would only show that plain
 decoding equals itself, so the acceptance is asserted too."""
 

@@ -19,7 +19,8 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from peagle_runtime.request_checks import RequestValidator
-from peagle_runtime.request_metrics import RequestMetricsMiddleware, _Measure
+from peagle_runtime.request_metrics import RequestMetricsMiddleware
+from peagle_runtime.response_measure import ResponseMeasure
 
 TOKENS = ("a", "b", "c")
 
@@ -100,8 +101,8 @@ def test_the_client_gets_exactly_the_stream_it_asked_for_and_the_line_has_the_co
     assert 0 < rec["ttft_ms"] <= rec["e2e_ms"]
 
 
-def _measure_of(*events: bytes, strip: bool = True) -> tuple[_Measure, bytes]:
-    measure = _Measure(route="/invocations", stream=True, drop_usage_event=strip, strip_event_usage=strip, arrival=0.0)
+def _measure_of(*events: bytes, strip: bool = True) -> tuple[ResponseMeasure, bytes]:
+    measure = ResponseMeasure(route="/invocations", stream=True, drop_usage_event=strip, strip_event_usage=strip, arrival=0.0)
     out = b"".join(measure.stream_chunk(b"data: " + event + b"\n\n")[0] for event in events)
     return measure, out
 
@@ -218,9 +219,9 @@ def _shutdown_run(validator, monkeypatch, *, vllm_ends_it: str | None):
     """A stream under way when SIGTERM comes (the middleware's event set as its signal handler does). vLLM
     ends the stream itself - its abort (a last event with finish_reason "abort") or, its engine stopped
     under it, its engine-dead error event, then [DONE] - or, when neither reaches the server, never does."""
-    import peagle_runtime.request_metrics as request_metrics
+    import peagle_runtime.shutdown as shutdown
 
-    monkeypatch.setattr(request_metrics, "SHUTDOWN_GRACE_S", 0.2)
+    monkeypatch.setattr(shutdown, "SHUTDOWN_GRACE_S", 0.2)
     lines: list[str] = []
     sent: list[dict] = []
 

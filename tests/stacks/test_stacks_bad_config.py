@@ -16,19 +16,23 @@ from stacks.environments import DEV, PROD, STAGING, ComponentHosting
 
 
 def serving(**changes):
-    return lambda: [replace(DEV, serving=replace(DEV.serving, **changes))]
+    return lambda: model(serving=replace(DEV.model.serving, **changes))()
+
+
+def model(env=DEV, **changes):
+    return lambda: [replace(env, model=replace(env.model, **changes))]
+
+
+def fleet(env=DEV, **changes):
+    return lambda: [replace(env, fleet=replace(env.fleet, **changes))]
+
+
+def hosting(env=DEV, **changes):
+    return lambda: [replace(env, hosting=replace(env.hosting, **changes))]
 
 
 def dev(**changes):
     return lambda: [replace(DEV, **changes)]
-
-
-def staging(**changes):
-    return lambda: [replace(STAGING, **changes)]
-
-
-def components(**changes):
-    return lambda: [replace(DEV, components=replace(DEV.components, **changes))]
 
 
 # (case, environments to build, field named first in the message, text naming what is allowed)
@@ -36,80 +40,85 @@ CASES = [
     ("k-too-large", serving(num_speculative_tokens=33), "num_speculative_tokens", "1..32"),
     ("k-zero", serving(num_speculative_tokens=0), "num_speculative_tokens", "1..32"),
     ("parallel-drafting-off", serving(parallel_drafting=False), "parallel_drafting", "must be true"),
-    ("min-above-max", staging(autoscaling=AutoscalingOptions(min_capacity=3, max_capacity=2)),
-     "autoscaling.min_capacity", "min_capacity <= max_capacity"),
-    ("startup-timeout-short", dev(container_startup_health_check_timeout=Duration.seconds(30)),
+    ("min-above-max", hosting(STAGING, scaling=AutoscalingOptions(min_capacity=3, max_capacity=2)),
+     "scaling.min_capacity", "min_capacity <= max_capacity"),
+    ("startup-timeout-short", fleet(container_startup_health_check_timeout=Duration.seconds(30)),
      "container_startup_health_check_timeout", "60..3600"),
-    ("download-timeout-long", dev(model_data_download_timeout=Duration.hours(2)),
+    ("download-timeout-long", fleet(model_data_download_timeout=Duration.hours(2)),
      "model_data_download_timeout", "60..3600"),
-    ("canary-larger-than-fleet", lambda: [replace(PROD, deployment=DeploymentPolicy.canary(instances=4))],
+    ("canary-larger-than-fleet", hosting(PROD, deployment=DeploymentPolicy.canary(instances=4)),
      "deployment.instances", "1..2"),
-    ("canary-on-single-instance", staging(instance_count=1, deployment=DeploymentPolicy.canary(instances=1),
-                                          autoscaling=AutoscalingOptions(min_capacity=1, max_capacity=4)),
+    ("canary-on-single-instance", lambda: [replace(
+        STAGING, fleet=replace(STAGING.fleet, instance_count=1), hosting=replace(
+            STAGING.hosting, deployment=DeploymentPolicy.canary(instances=1),
+            scaling=AutoscalingOptions(min_capacity=1, max_capacity=4)))],
      "deployment.instances", "all_at_once"),
-    ("linear-percent-too-large", lambda: [replace(STAGING, deployment=DeploymentPolicy.linear(percent=80))],
+    ("linear-percent-too-large", hosting(STAGING, deployment=DeploymentPolicy.linear(percent=80)),
      "deployment.percent", "10..50"),
-    ("kms-on-nvme-instance", dev(encrypt_volume=True), "encryption_key", "allowed: None"),
+    ("kms-on-nvme-instance", fleet(encrypt_volume=True), "encryption_key", "allowed: None"),
     ("hf-id-with-network-isolation", serving(target_model="openai/gpt-oss-20b"),
      "serving.target_model", "network_isolation=False"),
     ("missing-target-weights", serving(target_model=""), "target_model", "s3://bucket/prefix/"),
     ("missing-drafter-weights", serving(drafter_model=""), "drafter_model", "s3://bucket/prefix/"),
     ("drafter-in-other-bucket", serving(drafter_model="s3://elsewhere/drafter/"), "drafter_model", "same bucket"),
-    ("malformed-instance-type", dev(instance_type="g6e.xlarge"), "instance_type", "ml.<family>.<size>"),
-    ("unknown-instance-family", dev(instance_type="ml.c5.xlarge"), "instance_type", "g6e"),
+    ("malformed-instance-type", fleet(instance_type="g6e.xlarge"), "instance_type", "ml.<family>.<size>"),
+    ("unknown-instance-family", fleet(instance_type="ml.c5.xlarge"), "instance_type", "g6e"),
     ("tensor-parallel-above-gpus", serving(tensor_parallel_size=2), "Dev.tensor_parallel_size", "uses 1"),
-    ("tensor-parallel-above-gpus-without-preset", lambda: [replace(DEV, preset=None, serving=replace(
-        DEV.serving, tensor_parallel_size=2))], "serving.tensor_parallel_size", "at most"),
-    ("tensor-parallel-above-gpus-single-model", lambda: [replace(STAGING, preset=None, serving=replace(
-        STAGING.serving, tensor_parallel_size=2))], "serving.tensor_parallel_size", "at most"),
+    ("tensor-parallel-above-gpus-without-preset", model(preset=None, serving=replace(
+        DEV.model.serving, tensor_parallel_size=2)), "serving.tensor_parallel_size", "at most"),
+    ("tensor-parallel-above-gpus-single-model", model(STAGING, preset=None, serving=replace(
+        STAGING.model.serving, tensor_parallel_size=2)), "serving.tensor_parallel_size", "at most"),
     # The preset's checks: the head's trained K, the instances it fits, the memory arithmetic.
     ("k-above-the-heads-trained-k", serving(num_speculative_tokens=11), "Dev.num_speculative_tokens",
      "trained for K up to 10; allowed: 1..10"),
-    ("instance-the-preset-does-not-fit", dev(instance_type="ml.g5.xlarge"), "Dev.instance_type",
+    ("instance-the-preset-does-not-fit", fleet(instance_type="ml.g5.xlarge"), "Dev.instance_type",
      "allowed for GPT-OSS-20B"),
     ("kv-cache-does-not-fit", serving(max_num_seqs=512), "Dev.max_num_seqs", "does not fit ml.g6e.xlarge"),
     ("context-beyond-the-model", serving(max_model_len=262144), "Dev.max_model_len", "at most 131072"),
-    ("fleet-outside-scaling-range", staging(instance_count=5), "instance_count", "min_capacity..max_capacity"),
+    ("fleet-outside-scaling-range", fleet(STAGING, instance_count=5), "instance_count", "min_capacity..max_capacity"),
     # Inference components (Dev): the fleet, the copies, the reservation, the floors.
-    ("fleet-outside-instance-scaling", dev(instance_count=3), "instance_count", "instance_scaling's bounds"),
-    ("instance-min-above-max", components(instance_scaling=InstanceScaling(min_instances=3, max_instances=2)),
+    ("fleet-outside-instance-scaling", fleet(instance_count=3), "instance_count", "instance_scaling's bounds"),
+    ("instance-min-above-max", hosting(instance_scaling=InstanceScaling(min_instances=3, max_instances=2)),
      "instance_scaling.min_instances", "min_instances <= max_instances"),
-    ("copies-above-the-fleets-accelerators", components(copy_scaling=CopyScaling(min_copies=0, max_copies=3)),
+    ("copies-above-the-fleets-accelerators", hosting(scaling=CopyScaling(min_copies=0, max_copies=3)),
      "scaling.max_copies", "at most 2"),
-    ("initial-copies-above-the-fleet", components(copy_count=3), "copy_count", "0..2"),
-    ("copy-min-above-max", components(copy_scaling=CopyScaling(min_copies=2, max_copies=1)),
+    ("initial-copies-above-the-fleet", hosting(copy_count=3), "copy_count", "0..2"),
+    ("copy-min-above-max", hosting(scaling=CopyScaling(min_copies=2, max_copies=1)),
      "scaling.min_copies", "min_copies <= max_copies"),
-    ("reservation-the-instance-cannot-hold", components(compute=ComputeRequirements(memory_mib=64 * 1024)),
+    ("reservation-the-instance-cannot-hold", hosting(compute=ComputeRequirements(memory_mib=64 * 1024)),
      "compute.memory_mib", "128..32768"),
-    ("more-cores-than-the-instance", components(compute=ComputeRequirements(cpu_cores=6)),
+    ("more-cores-than-the-instance", hosting(compute=ComputeRequirements(cpu_cores=6)),
      "compute.cpu_cores", "0.25..4"),
-    ("blue-green-for-a-component", components(deployment=DeploymentPolicy.canary(percent=10)),
+    ("blue-green-for-a-component", hosting(deployment=DeploymentPolicy.canary(percent=10)),
      "deployment.mode", "rolling"),
-    ("endpoint-autoscaling-with-components", dev(autoscaling=AutoscalingOptions()), "Dev.autoscaling",
-     "not used with components"),
-    ("zero-floor-where-forbidden", lambda: [replace(DEV, allow_scale_to_zero=False)],
-     "Dev.components.instance_scaling.min_instances", "floor above zero"),
-    ("zero-copies-where-forbidden", lambda: [replace(STAGING, autoscaling=None, deployment=None, components=ComponentHosting(
-        instance_scaling=InstanceScaling(min_instances=1, max_instances=4), copy_scaling=CopyScaling(min_copies=0)))],
-     "Staging.components.copy_scaling.min_copies", "floor above zero"),
-    ("single-model-without-autoscaling", staging(autoscaling=None), "Staging.autoscaling", "AutoscalingOptions"),
+    ("hosting-of-another-type", dev(hosting=AutoscalingOptions()), "Dev.hosting", "SingleModelHosting"),
+    ("zero-floor-where-forbidden", hosting(allow_scale_to_zero=False),
+     "Dev.hosting.instance_scaling.min_instances", "floor above zero"),
+    ("zero-copies-where-forbidden", lambda: [replace(STAGING, hosting=ComponentHosting(
+        instance_scaling=InstanceScaling(min_instances=1, max_instances=4), scaling=CopyScaling(min_copies=0)))],
+     "Staging.hosting.scaling.min_copies", "floor above zero"),
+    ("single-model-without-autoscaling", hosting(STAGING, scaling=None), "Staging.hosting.scaling",
+     "AutoscalingOptions"),
+    ("single-model-without-deployment", hosting(STAGING, deployment=None), "Staging.hosting.deployment",
+     "a DeploymentPolicy"),
+    ("model-props-of-another-type", dev(model=DEV.model.serving), "Dev.model", "a ModelProps"),
     ("duplicate-environment-name", lambda: [DEV, STAGING, replace(PROD, name="Dev")],
      "environments[2].name", "not used by another environment"),
     ("environment-name-case-clash", lambda: [DEV, replace(STAGING, name="dev")],
      "environments[1].name", "case-insensitive"),
     ("bad-environment-name", lambda: [replace(DEV, name="dev env")], "environment.name", "letters and digits"),
-    ("prod-with-nobody-to-tell", lambda: [replace(PROD, alarm_subscribers=())], "Prod.alarm_subscribers",
+    ("prod-with-nobody-to-tell", model(PROD, alarm_subscribers=()), "Prod.model.alarm_subscribers",
      "at least one AlarmSubscriber"),
     ("long-extra-arg", serving(extra_args={"chat_template": "{{ x }}" * 200}), "extra_args['chat_template']",
      "at most 1024"),
     ("two-bundles-share-a-prefix", serving(drafter_model="s3://peagle-weights-dev/bundles/other/drafter/"),
      "target_model", "one folder below it"),
     ("bad-weights-key", dev(weights_key_arn="alias/weights"), "Dev.weights_key_arn", "a KMS key ARN"),
-    ("rolling-batch-too-large", lambda: [replace(PROD, deployment=DeploymentPolicy.rolling(percent=75))],
+    ("rolling-batch-too-large", hosting(PROD, deployment=DeploymentPolicy.rolling(percent=75)),
      "deployment.percent", "5..50"),
-    ("publish-frequency", dev(detailed_observability=DetailedObservability(publish_frequency=Duration.seconds(15))),
+    ("publish-frequency", fleet(detailed_observability=DetailedObservability(publish_frequency=Duration.seconds(15))),
      "detailed_observability.publish_frequency", "10, 30, 60"),
-    ("tpot-threshold-zero", dev(alarms=AlarmThresholds(tpot_p90_ms=0)), "monitoring.tpot_p90_ms", "positive"),
+    ("tpot-threshold-zero", model(alarm_thresholds=AlarmThresholds(tpot_p90_ms=0)), "alarm_thresholds.tpot_p90_ms", "positive"),
 ]
 
 

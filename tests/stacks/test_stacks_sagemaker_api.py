@@ -8,7 +8,8 @@ import pytest
 
 from peagle_constructs.components import MIN_CPU_CORES, MIN_MEMORY_MIB
 from peagle_constructs.deployment import EXECUTION_TIMEOUT_MAX_S, EXECUTION_TIMEOUT_MIN_S, WAIT_MAX_S
-from peagle_constructs.endpoint_config import INFERENCE_AMI_VERSIONS, ROUTING_STRATEGIES, TIMEOUT_MAX_S, TIMEOUT_MIN_S
+from peagle_constructs.endpoint_config import ROUTING_STRATEGIES
+from peagle_constructs.props import INFERENCE_AMI_VERSIONS, TIMEOUT_MAX_S, TIMEOUT_MIN_S
 from peagle_constructs.instance_types import GPU_FAMILIES
 from tests.stacks.sagemaker_judge import check_template, service_model
 from tests.stacks.template_helpers import STAGES, only

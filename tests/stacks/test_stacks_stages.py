@@ -1,4 +1,4 @@
-"""The three environments: one Stage each, one stack `PEagle` each, the defaults the issue asks for."""
+"""The three environments: one Stage each, one stack `PEagle` each, and the defaults each stage serves with."""
 
 from __future__ import annotations
 
@@ -115,10 +115,10 @@ def test_fleets_grow_and_prod_deploys_by_canary(templates):
     routing = prod["Properties"]["DeploymentConfig"]["BlueGreenUpdatePolicy"]["TrafficRoutingConfiguration"]
     assert routing["Type"] == "CANARY"
     assert routing["CanarySize"] == {"Type": "INSTANCE_COUNT", "Value": 1}
-    assert routing["WaitIntervalInSeconds"] == PROD.deployment.bake.to_seconds() > 0
+    assert routing["WaitIntervalInSeconds"] == PROD.hosting.deployment.bake.to_seconds() > 0
     _, staging = only(templates["Staging"], "AWS::SageMaker::Endpoint")
     assert staging["Properties"]["DeploymentConfig"]["BlueGreenUpdatePolicy"]["TrafficRoutingConfiguration"]["Type"] \
-        == STAGING.deployment.mode == "LINEAR"
+        == STAGING.hosting.deployment.mode == "LINEAR"
 
 
 @pytest.mark.parametrize("name", STAGES)
@@ -127,7 +127,7 @@ def test_rollback_alarms_are_the_stacks_metric_alarms_on_healthy_fleet_signals(t
               if alarm["Type"] == "AWS::CloudWatch::Alarm"}
     # What rolls out: the inference component where the stage serves one, else the endpoint.
     env = next(env for env in ENVIRONMENTS if env.name == name)
-    _, rolled = only(templates[name], "AWS::SageMaker::InferenceComponent" if env.components else "AWS::SageMaker::Endpoint")
+    _, rolled = only(templates[name], "AWS::SageMaker::InferenceComponent" if env.hosts_components else "AWS::SageMaker::Endpoint")
     rollback = {a["AlarmName"]["Ref"] for a in rolled["Properties"]["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]}
     assert rollback <= set(alarms) and len(rollback) <= 10
     names = {alarms[i]["AlarmName"].removeprefix(f"{env.component_name or env.endpoint_name}-") for i in rollback}
@@ -184,7 +184,7 @@ def test_a_pinned_weights_manifest_reaches_the_model_and_replaces_it(tmp_path):
     from stacks.environments import DEV
 
     def model_env(digest):
-        env = replace(DEV, serving=replace(DEV.serving, bundle_manifest_sha256=digest))
+        env = replace(DEV, model=replace(DEV.model, serving=replace(DEV.model.serving, bundle_manifest_sha256=digest)))
         stage = build_app(App(context=OFFLINE), [env], nag=False)["Dev"]
         (stack,) = [c for c in stage.node.children if hasattr(c, "template_options")]
         models = Template.from_stack(stack).find_resources("AWS::SageMaker::Model")

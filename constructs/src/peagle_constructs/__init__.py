@@ -13,6 +13,7 @@ from peagle_constructs.components import (
 from peagle_constructs.deployment import DeploymentPolicy
 from peagle_constructs.endpoint import PEagleInferenceEndpoint
 from peagle_constructs.endpoint_config import InstanceScaling, PEagleEndpointConfig
+from peagle_constructs.endpoint_reference import EndpointBase
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.image import ContainerImage
 from peagle_constructs.instance_types import GPU_FAMILIES, InstanceType
@@ -21,13 +22,14 @@ from peagle_constructs.monitoring import AlarmThresholds, EndpointMonitoring
 from peagle_constructs.native_metrics import DetailedObservability, VllmMetricNames
 from peagle_constructs.notifications import AlarmSubscriber, AlarmTopic
 from peagle_constructs.peagle_endpoint import AutoscalingOptions, PEagleEndpoint
+from peagle_constructs.props import FleetProps, ModelProps
 from peagle_constructs.security import NAG_PACKS, add_nag_packs
 
 __all__ = [
     "AlarmSubscriber", "AlarmThresholds", "AlarmTopic", "AutoscalingOptions", "ComponentAutoscaling",
     "ComputeRequirements", "ConfigError", "ContainerImage", "CopyScaling", "DeploymentPolicy",
-    "DetailedObservability", "EndpointAutoscaling", "EndpointMonitoring", "GPU_FAMILIES", "InstanceScaling",
-    "InstanceType", "NAG_PACKS", "PEagleComponentEndpoint", "PEagleEndpoint", "PEagleEndpointConfig",
+    "DetailedObservability", "EndpointAutoscaling", "EndpointBase", "EndpointMonitoring", "FleetProps", "GPU_FAMILIES", "InstanceScaling",
+    "InstanceType", "ModelProps", "NAG_PACKS", "PEagleComponentEndpoint", "PEagleEndpoint", "PEagleEndpointConfig",
     "PEagleInferenceComponent", "PEagleInferenceEndpoint", "PEagleModel", "ScalingMetric", "ServingConfig",
     "ServingConfigError", "VllmMetricNames", "add_nag_packs",
 ]

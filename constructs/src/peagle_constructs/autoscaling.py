@@ -11,7 +11,8 @@ from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from peagle_constructs.errors import ConfigError, check_int_range
+from peagle_constructs.errors import ConfigError
+from peagle_constructs.validation import check_duration, check_int, check_order, check_positive, check_type
 from peagle_constructs.sagemaker_names import INVOCATION_METRICS_NAMESPACE
 
 # The service-linked role Application Auto Scaling uses for SageMaker (created by the service on first
@@ -54,11 +55,10 @@ class EndpointAutoscaling(Construct):
         scale_out_cooldown: Duration = Duration.minutes(2),
     ) -> None:
         super().__init__(scope, id)
-        if not isinstance(metric, ScalingMetric):
-            raise ConfigError("autoscaling.metric", f"got {metric!r}; allowed: one of {[m.name for m in ScalingMetric]}")
+        check_type(metric, "scaling.metric", ScalingMetric, f"one of {[m.name for m in ScalingMetric]}")
         self.min_capacity, self.max_capacity, self.metric = min_capacity, max_capacity, metric
         self.scalable_target, self.policy = _target_tracking(
-            self, field="autoscaling", resource_id=f"endpoint/{endpoint_name}/variant/{variant_name}",
+            self, field="scaling", resource_id=f"endpoint/{endpoint_name}/variant/{variant_name}",
             dimension="sagemaker:variant:DesiredInstanceCount", low=(min_capacity, 1), high=max_capacity,
             metric=metric.value, target_value=target_value, cooldowns=(scale_in_cooldown, scale_out_cooldown))
 
@@ -71,8 +71,7 @@ def check_floor_above_zero(value: object, field_name: str) -> None:
 
 
 def _check_cooldown(value: object, name: str) -> None:
-    if not isinstance(value, Duration) or not 0 <= value.to_seconds() <= 3600:
-        raise ConfigError(name, f"got {value!r}; allowed: a Duration of 0..3600 s")
+    check_duration(value, name, 0, 3600)
 
 
 def _target_tracking(scope: Construct, *, field: str, resource_id: str, dimension: str, low: tuple[int, int],
@@ -83,13 +82,10 @@ def _target_tracking(scope: Construct, *, field: str, resource_id: str, dimensio
     ``bounds`` the names the caller gave the two capacities (for the errors)."""
     min_capacity, floor = low
     low_name, high_name = bounds
-    check_int_range(min_capacity, f"{field}.{low_name}", floor, 100)
-    check_int_range(high, f"{field}.{high_name}", 1, 100)
-    if min_capacity > high:
-        raise ConfigError(f"{field}.{low_name}",
-                          f"got {min_capacity} > {high_name} {high}; allowed: {low_name} <= {high_name}")
-    if isinstance(target_value, bool) or not isinstance(target_value, (int, float)) or target_value <= 0:
-        raise ConfigError(f"{field}.target_value", f"got {target_value!r}; allowed: a positive number")
+    check_int(min_capacity, f"{field}.{low_name}", floor, 100)
+    check_int(high, f"{field}.{high_name}", 1, 100)
+    check_order(min_capacity, high, f"{field}.{low_name}", f"{field}.{high_name}")
+    check_positive(target_value, f"{field}.target_value")
     _check_cooldown(cooldowns[0], f"{field}.scale_in_cooldown")
     _check_cooldown(cooldowns[1], f"{field}.scale_out_cooldown")
     role = iam.Role.from_role_arn(

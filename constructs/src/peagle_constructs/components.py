@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -32,28 +32,23 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
-from peagle_contract.serving import ServingConfig
-
 from peagle_constructs import security
 from peagle_constructs.autoscaling import ComponentAutoscaling, check_floor_above_zero
 from peagle_constructs.deployment import DeploymentPolicy, append_rollback_alarm
 from peagle_constructs.endpoint import PEagleInferenceEndpoint, endpoint_name_for
-from peagle_constructs.endpoint_config import (
-    DEFAULT_INFERENCE_AMI_VERSION, DEFAULT_MODEL_DATA_DOWNLOAD_TIMEOUT, DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT,
-    DEFAULT_VARIANT_NAME, InstanceScaling, PEagleEndpointConfig, check_timeout,
-)
+from peagle_constructs.endpoint_config import InstanceScaling, PEagleEndpointConfig
+from peagle_constructs.endpoint_reference import EndpointBase
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.image import ContainerImage
 from peagle_constructs.instance_types import InstanceType
 from peagle_constructs.model import PEagleModel
-from peagle_constructs.monitoring import AlarmThresholds, EndpointMonitoring, encrypted_log_group
-from peagle_constructs.native_metrics import DetailedObservability
-from peagle_constructs.notifications import AlarmSubscriber
-from peagle_constructs.presets import ModelPreset
+from peagle_constructs.monitoring import EndpointMonitoring, encrypted_log_group
+from peagle_constructs.props import FleetProps, ModelProps
 from peagle_constructs.sagemaker_names import (
-    COMPONENT_METRICS_NAMESPACE, ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE,
+    COMPONENT_METRICS_NAMESPACE, DEFAULT_VARIANT_NAME, ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE,
 )
 from peagle_constructs.security import limit_grants_to_aws_services
+from peagle_constructs.validation import check_int, check_number, check_order, check_type, is_unresolved
 
 # The share of each copy's slice of host memory and cores that the defaults leave unreserved.
 HOST_HEADROOM = 0.2
@@ -62,12 +57,6 @@ VLLM_METRICS_PATH = "/metrics"
 # The least a copy may reserve (CreateInferenceComponent's limits).
 MIN_MEMORY_MIB, MIN_CPU_CORES = 128, 0.25
 _COMPONENT_NAME = re.compile(r"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$")
-
-
-def _check_within(value: object, field_name: str, kind: type | tuple[type, ...], low: float, high: float,
-                  what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, kind) or not low <= value <= high:
-        raise ConfigError(field_name, f"got {value!r}; allowed: {low}..{high} {what}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,19 +74,17 @@ class ComputeRequirements:
             raise ConfigError("serving.tensor_parallel_size", f"got {tensor_parallel_size} but {instance.name} has "
                               f"{gpus} GPU(s); allowed: at most that many")
         accelerators = tensor_parallel_size if self.accelerators is None else self.accelerators
-        if isinstance(accelerators, bool) or not isinstance(accelerators, int) or not 1 <= accelerators <= gpus:
-            raise ConfigError("compute.accelerators", f"got {accelerators!r}; allowed: 1..{gpus} (the GPUs of one "
-                              f"{instance.name})")
+        check_int(accelerators, "compute.accelerators", 1, gpus, allowed=f"1..{gpus} (the GPUs of one {instance.name})")
         if accelerators < tensor_parallel_size:
             raise ConfigError("compute.accelerators", f"got {accelerators}, but serving.tensor_parallel_size is "
                               f"{tensor_parallel_size}; allowed: at least that many (vLLM shards over them)")
         share = accelerators / gpus * (1 - HOST_HEADROOM)
         memory = int(instance.memory_mib * share) if self.memory_mib is None else self.memory_mib
-        _check_within(memory, "compute.memory_mib", int, MIN_MEMORY_MIB, instance.memory_mib,
-                      f"MiB (the memory of one {instance.name})")
+        check_int(memory, "compute.memory_mib", MIN_MEMORY_MIB, instance.memory_mib,
+                  allowed=f"{MIN_MEMORY_MIB}..{instance.memory_mib} MiB (the memory of one {instance.name})")
         cores = max(1.0, float(math.floor(instance.vcpus * share))) if self.cpu_cores is None else self.cpu_cores
-        _check_within(cores, "compute.cpu_cores", (int, float), MIN_CPU_CORES, instance.vcpus,
-                      f"(the vCPUs of one {instance.name})")
+        check_number(cores, "compute.cpu_cores", low=MIN_CPU_CORES, high=instance.vcpus,
+                     allowed=f"{MIN_CPU_CORES}..{instance.vcpus} (the vCPUs of one {instance.name})")
         return ComputeRequirements(accelerators=accelerators, memory_mib=memory, cpu_cores=float(cores))
 
     def copies_per_instance(self, instance: InstanceType) -> int:
@@ -124,14 +111,15 @@ class CopyScaling:
     wake_up_cooldown: Duration = Duration.minutes(10)
 
 
-class PEagleComponentEndpoint(Construct):
+class PEagleComponentEndpoint(EndpointBase):
     """A SageMaker endpoint whose fleet hosts P-EAGLE inference components; add them with :meth:`add_component`.
 
-    The fleet scales its instances between ``instance_scaling``'s bounds (minimum 0: an idle fleet has no
-    instance at all); ``instance_count`` is the fleet at creation. ``allow_scale_to_zero`` False makes a
-    component with no copy floor an error (an environment that must answer its first request at once).
-    One KMS key (rotation on) encrypts the volume (EBS-backed families only) and the endpoint's log group;
-    one role hosts every component (the endpoint config's execution role), each model adding what it needs.
+    The fleet (``fleet``, :class:`FleetProps`) scales its instances between ``instance_scaling``'s bounds
+    (minimum 0: an idle fleet has no instance at all); ``fleet.instance_count`` is the fleet at creation.
+    ``allow_scale_to_zero`` False makes a component with no copy floor an error (an environment that must
+    answer its first request at once). One KMS key (rotation on) encrypts the volume (EBS-backed families
+    only) and the endpoint's log group; one role hosts every component (the endpoint config's execution
+    role), each model adding what it needs.
     """
 
     def __init__(
@@ -139,38 +127,25 @@ class PEagleComponentEndpoint(Construct):
         scope: Construct,
         id: str,
         *,
-        instance_type: str,
-        instance_count: int = 1,
+        fleet: FleetProps,
         instance_scaling: InstanceScaling = InstanceScaling(),
         allow_scale_to_zero: bool = True,
         endpoint_name: str | None = None,
-        detailed_observability: DetailedObservability = DetailedObservability(),
-        encrypt_volume: bool | None = None,
-        volume_size_gb: int | None = None,
-        container_startup_health_check_timeout: Duration = DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT,
-        model_data_download_timeout: Duration = DEFAULT_MODEL_DATA_DOWNLOAD_TIMEOUT,
-        inference_ami_version: str = DEFAULT_INFERENCE_AMI_VERSION,
-        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
-        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
         super().__init__(scope, id)
-        if not isinstance(instance_scaling, InstanceScaling):
-            raise ConfigError("instance_scaling", f"got {instance_scaling!r}; allowed: an InstanceScaling")
+        check_type(fleet, "fleet", FleetProps, "a FleetProps")
+        check_type(instance_scaling, "instance_scaling", InstanceScaling, "an InstanceScaling")
         if not allow_scale_to_zero:
             check_floor_above_zero(instance_scaling.min_instances, "instance_scaling.min_instances")
-        self.instance_type = InstanceType.of(instance_type)
+        self.fleet = fleet
+        self.instance_type = fleet.instance
         self.instance_scaling = instance_scaling
         self.allow_scale_to_zero = allow_scale_to_zero
         self.endpoint_name = endpoint_name_for(self, id, endpoint_name)
         self.variant_name = DEFAULT_VARIANT_NAME
-        self.startup_timeouts = (container_startup_health_check_timeout, model_data_download_timeout)
-        self.log_retention, self.removal_policy = log_retention, removal_policy
-        self.detailed_observability = detailed_observability
-        if encrypt_volume is None:
-            encrypt_volume = not self.instance_type.local_nvme
 
         self.key = limit_grants_to_aws_services(kms.Key(
-            self, "Key", enable_key_rotation=True, removal_policy=removal_policy,
+            self, "Key", enable_key_rotation=True, removal_policy=fleet.removal_policy,
             description=f"P-EAGLE endpoint {self.endpoint_name}: storage volume and endpoint logs"))
         self.role = iam.Role(
             self, "ExecutionRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
@@ -178,7 +153,8 @@ class PEagleComponentEndpoint(Construct):
         )
         # Whatever SageMaker logs for the fleet itself lands in a group that is ours (encrypted, retained).
         self.log_group = encrypted_log_group(self, "LogGroup", f"{ENDPOINT_LOG_GROUP_PREFIX}{self.endpoint_name}",
-                                             key=self.key, retention=log_retention, removal_policy=removal_policy)
+                                             key=self.key, retention=fleet.log_retention,
+                                             removal_policy=fleet.removal_policy)
         self.policy = iam.ManagedPolicy(self, "ExecutionPolicy", roles=[self.role], statements=[
             iam.PolicyStatement(actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
                                          "logs:DescribeLogStreams"], resources=[self.log_group.log_group_arn]),
@@ -186,17 +162,14 @@ class PEagleComponentEndpoint(Construct):
                 "cloudwatch:namespace": [ENDPOINT_METRICS_NAMESPACE, COMPONENT_METRICS_NAMESPACE]}}),
         ])
         security.acknowledge_fleet_policy(self.policy)
-        self.endpoint_config = PEagleEndpointConfig(
-            self, "EndpointConfig", model=None, instance_type=instance_type, instance_count=instance_count,
-            variant_name=self.variant_name, instance_scaling=instance_scaling, execution_role=self.role,
-            container_startup_health_check_timeout=container_startup_health_check_timeout,
-            model_data_download_timeout=model_data_download_timeout, inference_ami_version=inference_ami_version,
-            encryption_key=self.key if encrypt_volume else None, volume_size_gb=volume_size_gb,
-            detailed_observability=detailed_observability,
+        self.endpoint_config = PEagleEndpointConfig.for_components(
+            self, "EndpointConfig", fleet=fleet, variant_name=self.variant_name, instance_scaling=instance_scaling,
+            execution_role=self.role, encryption_key=self.key if fleet.volume_encrypted else None,
         )
         self.endpoint_config.cfn_endpoint_config.node.add_dependency(self.policy)
         self.endpoint = PEagleInferenceEndpoint(self, "Endpoint", endpoint_config=self.endpoint_config,
                                                 endpoint_name=self.endpoint_name)
+        self.endpoint_arn = self.endpoint.endpoint_arn
         self.endpoint.cfn_endpoint.node.add_dependency(self.log_group)
         self.components: dict[str, PEagleInferenceComponent] = {}  # by component name
 
@@ -204,17 +177,14 @@ class PEagleComponentEndpoint(Construct):
     def cfn_endpoint(self) -> sagemaker.CfnEndpoint:
         return self.endpoint.cfn_endpoint
 
-    @property
-    def endpoint_arn(self) -> str:
-        return self.endpoint.endpoint_arn
-
-    def add_component(self, id: str, **props) -> "PEagleInferenceComponent":  # noqa: ANN003 - the component's own
-        """A :class:`PEagleInferenceComponent` on this fleet (``props`` are its keyword arguments)."""
-        return PEagleInferenceComponent(self, id, fleet=self, **props)
-
-    def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Let ``grantee`` invoke this endpoint's components (InvokeEndpoint and its streaming form)."""
-        return self.endpoint.grant_invoke(grantee)
+    def add_component(self, id: str, *, model: ModelProps, image: ContainerImage, component_name: str | None = None,
+                      copy_count: int = 1, compute: ComputeRequirements = ComputeRequirements(),
+                      scaling: CopyScaling | None = CopyScaling(), deployment: DeploymentPolicy | None = None,
+                      weights_key: kms.IKey | None = None) -> "PEagleInferenceComponent":
+        """A :class:`PEagleInferenceComponent` on this fleet."""
+        return PEagleInferenceComponent(
+            self, id, endpoint=self, model=model, image=image, component_name=component_name, copy_count=copy_count,
+            compute=compute, scaling=scaling, deployment=deployment, weights_key=weights_key)
 
 
 class PEagleInferenceComponent(Construct):
@@ -232,79 +202,40 @@ class PEagleInferenceComponent(Construct):
         scope: Construct,
         id: str,
         *,
-        fleet: PEagleComponentEndpoint,
-        serving: ServingConfig,
+        endpoint: PEagleComponentEndpoint,
+        model: ModelProps,
         image: ContainerImage,
         component_name: str | None = None,
         copy_count: int = 1,
         compute: ComputeRequirements = ComputeRequirements(),
         scaling: CopyScaling | None = CopyScaling(),
         deployment: DeploymentPolicy | None = None,
-        monitoring: AlarmThresholds = AlarmThresholds(),
-        alarm_subscribers: Sequence[AlarmSubscriber] = (),
-        network_isolation: bool = True,
         weights_key: kms.IKey | None = None,
-        environment: Mapping[str, str] | None = None,
-        preset: ModelPreset | None = None,
     ) -> None:
         super().__init__(scope, id)
-        instance = fleet.instance_type
-        if preset is not None:
-            preset.check(serving, instance_type=instance.name)
-        name = component_name if component_name is not None else f"{fleet.endpoint_name}-{id}".lower()[:63].rstrip("-")
-        if not isinstance(name, str) or len(name) > 63 or not _COMPONENT_NAME.match(name):
-            raise ConfigError("component_name", f"got {name!r}; allowed: 1-63 letters, digits and hyphens, starting "
-                              "and ending with a letter or digit")
-        if name in fleet.components:
-            raise ConfigError("component_name", f"got {name!r}, already on this endpoint; allowed: a name of its own")
-        self.component_name = name
-        self.fleet = fleet
-        self.compute = compute.resolve(tensor_parallel_size=serving.tensor_parallel_size, instance=instance)
-        per_instance = self.compute.copies_per_instance(instance)
-        if per_instance < 1:
-            raise ConfigError("compute", f"one copy reserves {self.compute.accelerators} GPU(s), "
-                              f"{self.compute.memory_mib} MiB and {self.compute.cpu_cores:g} cores, more than one "
-                              f"{instance.name} holds ({instance.gpu_count} GPU(s), {instance.memory_mib} MiB, "
-                              f"{instance.vcpus} vCPUs); allowed: a reservation that fits one instance")
-        capacity = per_instance * fleet.instance_scaling.max_instances
-        low = 0 if scaling is not None and scaling.min_copies == 0 else 1
-        if isinstance(copy_count, bool) or not isinstance(copy_count, int) or not low <= copy_count <= capacity:
-            raise ConfigError("copy_count", f"got {copy_count!r}; allowed: {low}..{capacity} ({per_instance} per "
-                              f"{instance.name} x at most {fleet.instance_scaling.max_instances} instances)")
-        max_copies = None
-        if scaling is not None:
-            if not isinstance(scaling, CopyScaling):
-                raise ConfigError("scaling", f"got {scaling!r}; allowed: a CopyScaling, or None for a fixed count")
-            max_copies = capacity if scaling.max_copies is None else scaling.max_copies
-            if all(isinstance(v, int) and not isinstance(v, bool) for v in (scaling.min_copies, max_copies)) and \
-                    scaling.min_copies > max_copies:
-                raise ConfigError("scaling.min_copies", f"got {scaling.min_copies} > max_copies {max_copies}; allowed: "
-                                  "min_copies <= max_copies")
-            if isinstance(max_copies, int) and not isinstance(max_copies, bool) and max_copies > capacity:
-                raise ConfigError("scaling.max_copies", f"got {max_copies}; allowed: at most {capacity}, the copies the "
-                                  f"fleet holds at its largest ({per_instance} per {instance.name} x "
-                                  f"{fleet.instance_scaling.max_instances} instances)")
-            if isinstance(scaling.min_copies, int) and isinstance(max_copies, int) and not (
-                    scaling.min_copies <= copy_count <= max_copies):
-                raise ConfigError("copy_count", f"got {copy_count}; allowed: within scaling.min_copies..max_copies "
-                                  f"({scaling.min_copies}..{max_copies})")
-        self.deployment = deployment or DeploymentPolicy.rolling(copies=1)
-        if not isinstance(self.deployment, DeploymentPolicy):
-            raise ConfigError("deployment", f"got {deployment!r}; allowed: DeploymentPolicy.rolling(copies=...)")
+        check_type(model, "model", ModelProps, "a ModelProps")
+        model.check_on(endpoint.fleet.instance_type)
+        serving = model.serving
+        self.endpoint = endpoint
+        self.component_name = self.inference_component_name = name = _component_name(endpoint, id, component_name)
+        self.compute = compute.resolve(tensor_parallel_size=serving.tensor_parallel_size,
+                                       instance=endpoint.instance_type)
+        max_copies = _check_copies(endpoint, self.compute, copy_count, scaling)
         self.copy_count = copy_count
+        self.deployment = deployment or DeploymentPolicy.rolling(copies=1)
+        check_type(self.deployment, "deployment", DeploymentPolicy, "DeploymentPolicy.rolling(copies=...)")
         self.deployment.validate(instance_count=max(copy_count, 1), copies=True)
-        startup = check_timeout(fleet.startup_timeouts[0], "container_startup_health_check_timeout")
-        download = check_timeout(fleet.startup_timeouts[1], "model_data_download_timeout")
 
         self.monitoring = EndpointMonitoring(
-            self, "Monitoring", endpoint_name=fleet.endpoint_name, variant_name=fleet.variant_name,
+            self, "Monitoring", endpoint_name=endpoint.endpoint_name, variant_name=endpoint.variant_name,
             component_name=name, num_speculative_tokens=serving.num_speculative_tokens,
-            log_retention=fleet.log_retention, removal_policy=fleet.removal_policy, thresholds=monitoring,
-            subscribers=alarm_subscribers,
+            log_retention=endpoint.fleet.log_retention, removal_policy=endpoint.fleet.removal_policy,
+            alarm_thresholds=model.alarm_thresholds, alarm_subscribers=model.alarm_subscribers,
         )
         self.model = PEagleModel(
-            self, "Model", serving=serving, image=image, network_isolation=network_isolation,
-            log_group=self.monitoring.log_group, weights_key=weights_key, environment=environment, role=fleet.role,
+            self, "Model", serving=serving, image=image, network_isolation=model.network_isolation,
+            log_group=self.monitoring.log_group, weights_key=weights_key, environment=model.environment,
+            role=endpoint.role,
         )
         self._rollback_alarms: list[cloudwatch.IAlarm] = []
         for alarm in self.monitoring.rollback_alarms:
@@ -312,40 +243,27 @@ class PEagleInferenceComponent(Construct):
         self.cfn_inference_component = sagemaker.CfnInferenceComponent(
             self, "Resource",
             inference_component_name=name,
-            endpoint_name=fleet.endpoint_name,
-            variant_name=fleet.variant_name,
-            specification=sagemaker.CfnInferenceComponent.InferenceComponentSpecificationProperty(
-                model_name=self.model.model_name,
-                compute_resource_requirements=self.compute.render(),
-                startup_parameters=sagemaker.CfnInferenceComponent.InferenceComponentStartupParametersProperty(
-                    container_startup_health_check_timeout_in_seconds=startup,
-                    model_data_download_timeout_in_seconds=download),
-                container=sagemaker.CfnInferenceComponent.InferenceComponentContainerSpecificationProperty(
-                    container_metrics_config=sagemaker.CfnInferenceComponent.ContainerMetricsConfigProperty(
-                        metrics_endpoints=[sagemaker.CfnInferenceComponent.MetricsEndpointProperty(
-                            metrics_endpoint_path=VLLM_METRICS_PATH,
-                            metric_publish_frequency_in_seconds=int(
-                                fleet.detailed_observability.publish_frequency.to_seconds()))])),
-            ),
+            endpoint_name=endpoint.endpoint_name,
+            variant_name=endpoint.variant_name,
+            specification=self._render_specification(),
             runtime_config=sagemaker.CfnInferenceComponent.InferenceComponentRuntimeConfigProperty(copy_count=copy_count),
             deployment_config=self._render_deployment(),
         )
         # The endpoint must be InService and the model's log group in place before a copy starts.
-        self.cfn_inference_component.node.add_dependency(fleet.cfn_endpoint)
+        self.cfn_inference_component.node.add_dependency(endpoint.cfn_endpoint)
         self.cfn_inference_component.node.add_dependency(self.monitoring.log_group)
-        self.inference_component_name: str = name
 
         self.autoscaling: ComponentAutoscaling | None = None
         if scaling is not None:
             self.autoscaling = ComponentAutoscaling(
                 self, "Autoscaling", component_name=name, min_copies=scaling.min_copies, max_copies=max_copies,
-                allow_zero=fleet.allow_scale_to_zero,
+                allow_zero=endpoint.allow_scale_to_zero,
                 target_concurrent_requests_per_copy=scaling.target_concurrent_requests_per_copy,
                 scale_in_cooldown=scaling.scale_in_cooldown, scale_out_cooldown=scaling.scale_out_cooldown,
                 wake_up_cooldown=scaling.wake_up_cooldown,
             )
             self.autoscaling.scalable_target.node.add_dependency(self.cfn_inference_component)
-        fleet.components[name] = self
+        endpoint.components[name] = self
 
     def add_rollback_alarm(self, alarm: cloudwatch.IAlarm) -> None:
         append_rollback_alarm(self._rollback_alarms, alarm)
@@ -363,6 +281,24 @@ class PEagleInferenceComponent(Construct):
     def log_group(self) -> logs.LogGroup:
         return self.monitoring.log_group
 
+    def _render_specification(self) -> sagemaker.CfnInferenceComponent.InferenceComponentSpecificationProperty:
+        fleet = self.endpoint.fleet
+        startup, download = fleet.startup_seconds()
+        Spec = sagemaker.CfnInferenceComponent
+        return Spec.InferenceComponentSpecificationProperty(
+            model_name=self.model.model_name,
+            compute_resource_requirements=self.compute.render(),
+            startup_parameters=Spec.InferenceComponentStartupParametersProperty(
+                container_startup_health_check_timeout_in_seconds=startup,
+                model_data_download_timeout_in_seconds=download),
+            container=Spec.InferenceComponentContainerSpecificationProperty(
+                container_metrics_config=Spec.ContainerMetricsConfigProperty(metrics_endpoints=[
+                    Spec.MetricsEndpointProperty(
+                        metrics_endpoint_path=VLLM_METRICS_PATH,
+                        metric_publish_frequency_in_seconds=int(
+                            fleet.detailed_observability.publish_frequency.to_seconds()))])),
+        )
+
     def _render_deployment(self) -> sagemaker.CfnInferenceComponent.InferenceComponentDeploymentConfigProperty:
         policy = self.deployment
         Size = sagemaker.CfnInferenceComponent.InferenceComponentCapacitySizeProperty
@@ -378,3 +314,44 @@ class PEagleInferenceComponent(Construct):
                 sagemaker.CfnInferenceComponent.AlarmProperty(alarm_name=alarm.alarm_name)
                 for alarm in self._rollback_alarms]) if self._rollback_alarms else None,
         )
+
+
+def _component_name(endpoint: PEagleComponentEndpoint, id: str, given: str | None) -> str:
+    """``given`` checked, or ``<endpoint name>-<id>`` lower-cased; unique on the fleet."""
+    name = given if given is not None else f"{endpoint.endpoint_name}-{id}".lower()[:63].rstrip("-")
+    if not isinstance(name, str) or len(name) > 63 or not _COMPONENT_NAME.match(name):
+        raise ConfigError("component_name", f"got {name!r}; allowed: 1-63 letters, digits and hyphens, starting "
+                          "and ending with a letter or digit")
+    if name in endpoint.components:
+        raise ConfigError("component_name", f"got {name!r}, already on this endpoint; allowed: a name of its own")
+    return name
+
+
+def _check_copies(endpoint: PEagleComponentEndpoint, compute: ComputeRequirements, copy_count: object,
+                  scaling: CopyScaling | None) -> int | None:
+    """The copy count and copy scaling checked against what the fleet holds at its largest; returns the copy
+    scaling's maximum (None: no copy scaling)."""
+    instance, most_instances = endpoint.instance_type, endpoint.instance_scaling.max_instances
+    per_instance = compute.copies_per_instance(instance)
+    if per_instance < 1:
+        raise ConfigError("compute", f"one copy reserves {compute.accelerators} GPU(s), {compute.memory_mib} MiB "
+                          f"and {compute.cpu_cores:g} cores, more than one {instance.name} holds "
+                          f"({instance.gpu_count} GPU(s), {instance.memory_mib} MiB, {instance.vcpus} vCPUs); "
+                          "allowed: a reservation that fits one instance")
+    capacity = per_instance * most_instances
+    held = f"{per_instance} per {instance.name} x at most {most_instances} instances"
+    low = 0 if scaling is not None and scaling.min_copies == 0 else 1
+    check_int(copy_count, "copy_count", low, capacity, allowed=f"{low}..{capacity} ({held})")
+    if scaling is None:
+        return None
+    check_type(scaling, "scaling", CopyScaling, "a CopyScaling, or None for a fixed count")
+    check_int(scaling.min_copies, "scaling.min_copies", 0, 100)
+    max_copies = capacity if scaling.max_copies is None else scaling.max_copies
+    check_order(scaling.min_copies, max_copies, "scaling.min_copies", "scaling.max_copies")
+    check_int(max_copies, "scaling.max_copies", 1, capacity,
+              allowed=f"at most {capacity}, the copies the fleet holds at its largest ({held})")
+    known = not any(is_unresolved(v) for v in (scaling.min_copies, copy_count, max_copies))
+    if known and not scaling.min_copies <= copy_count <= max_copies:
+        raise ConfigError("copy_count", f"got {copy_count}; allowed: within scaling.min_copies..max_copies "
+                          f"({scaling.min_copies}..{max_copies})")
+    return max_copies

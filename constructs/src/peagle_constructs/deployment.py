@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from aws_cdk import Duration
 
 from peagle_constructs.errors import ConfigError
+from peagle_constructs.validation import check_choice, check_duration, check_int
 
 SHIFT_MODES = ("ALL_AT_ONCE", "CANARY", "LINEAR")
 ROLLING = "ROLLING"
@@ -88,16 +89,12 @@ class DeploymentPolicy:
             if unit not in units:
                 raise ConfigError(name, f"got {unit!r} for {'an inference component' if copies else 'an endpoint'}; "
                                   f"allowed: {'copies= or percent=' if copies else 'instances= or percent='}")
-        if self.mode not in (*SHIFT_MODES, ROLLING):
-            raise ConfigError("deployment.mode", f"got {self.mode!r}; allowed: one of {(*SHIFT_MODES, ROLLING)}")
-        for name, value in (("deployment.bake", self.bake), ("deployment.termination_wait", self.termination_wait)):
-            if not isinstance(value, Duration) or not 0 <= value.to_seconds() <= WAIT_MAX_S:
-                raise ConfigError(name, f"got {value!r}; allowed: a Duration of 0..{WAIT_MAX_S} s")
+        check_choice(self.mode, "deployment.mode", (*SHIFT_MODES, ROLLING))
+        check_duration(self.bake, "deployment.bake", 0, WAIT_MAX_S)
+        check_duration(self.termination_wait, "deployment.termination_wait", 0, WAIT_MAX_S)
         if self.maximum_execution_timeout is not None:
-            seconds = self.maximum_execution_timeout.to_seconds()
-            if not EXECUTION_TIMEOUT_MIN_S <= seconds <= EXECUTION_TIMEOUT_MAX_S:
-                raise ConfigError("deployment.maximum_execution_timeout",
-                                  f"got {seconds} s; allowed: {EXECUTION_TIMEOUT_MIN_S}..{EXECUTION_TIMEOUT_MAX_S} s")
+            check_duration(self.maximum_execution_timeout, "deployment.maximum_execution_timeout",
+                           EXECUTION_TIMEOUT_MIN_S, EXECUTION_TIMEOUT_MAX_S)
         if self.mode == "ALL_AT_ONCE":
             return
         # A rolling batch is 5..50 % of the variant (SageMaker's RollingUpdatePolicy); a canary or linear step
@@ -147,22 +144,19 @@ def _check_size(size: object, unit: str, prefix: str, *, low: int, mode: str, in
         # smallest batch there is, so a component of one copy updates one copy at a time.
         field = f"{prefix}.copies"
         high = max(1, instance_count // 2) if at_most_half else max(1, instance_count)
-        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= high:
-            raise ConfigError(field, f"got {size!r} for {instance_count} copies; allowed: 1..{high}"
-                              + (" (at most half the copies, one at least)" if at_most_half else ""))
+        check_int(size, field, 1, high, allowed=f"1..{high} for {instance_count} copies"
+                  + (" (at most half the copies, one at least)" if at_most_half else ""))
     elif unit == "INSTANCE_COUNT":
         field = f"{prefix}.instances"
         high = instance_count // 2 if at_most_half else instance_count
         if high < 1:
             raise ConfigError(field, f"a {mode} step needs a fleet of at least 2 instances, got instance_count="
                               f"{instance_count}; allowed: DeploymentPolicy.all_at_once() for a single instance")
-        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= high:
-            raise ConfigError(field, f"got {size!r} for a fleet of {instance_count}; allowed: 1..{high}"
-                              + (" (at most half the fleet)" if at_most_half else ""))
+        check_int(size, field, 1, high, allowed=f"1..{high} for a fleet of {instance_count}"
+                  + (" (at most half the fleet)" if at_most_half else ""))
     else:
         field = f"{prefix}.percent"
-        if isinstance(size, bool) or not isinstance(size, int) or not low <= size <= high_percent:
-            raise ConfigError(field, f"got {size!r}; allowed: {low}..{high_percent} percent of the fleet")
+        check_int(size, field, low, high_percent, allowed=f"{low}..{high_percent} percent of the fleet")
 
 
 def _size(percent: int | None, instances: int | None, copies: int | None = None) -> tuple[int | None, str]:

@@ -6,19 +6,21 @@ import re
 from typing import Sequence
 
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import Stack, Token
 from constructs import Construct
 
 from peagle_constructs.deployment import DeploymentPolicy, append_rollback_alarm
 from peagle_constructs.endpoint_config import PEagleEndpointConfig
+from peagle_constructs.endpoint_reference import EndpointBase, endpoint_arn
 from peagle_constructs.errors import ConfigError
 
 _ENDPOINT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 
 
 def check_endpoint_name(name: object, field_name: str = "endpoint_name") -> str:
+    if isinstance(name, str) and Token.is_unresolved(name):
+        return name  # another construct's attribute: SageMaker judges it at deploy time
     if not isinstance(name, str) or not _ENDPOINT_NAME.match(name):
         raise ConfigError(field_name, f"got {name!r}; allowed: 1-63 letters, digits and hyphens, "
                           "starting and ending with a letter or digit")
@@ -37,7 +39,7 @@ def endpoint_name_for(scope: Construct, id: str, given: str | None) -> str:
     return check_endpoint_name(re.sub(r"-{2,}", "-", name)[:63].rstrip("-"))
 
 
-class PEagleInferenceEndpoint(Construct):
+class PEagleInferenceEndpoint(EndpointBase):
     """A real-time endpoint with a known name (its log group and alarms are named from it).
 
     Keep this construct's id and place stable: its CloudFormation logical id derives from them, and a new
@@ -78,10 +80,7 @@ class PEagleInferenceEndpoint(Construct):
             retain_all_variant_properties=True,
             deployment_config=None if self.hosts_components else self._render_deployment(),
         )
-        # SageMaker lower-cases endpoint names in ARNs.
-        self.endpoint_arn = Stack.of(self).format_arn(
-            service="sagemaker", resource="endpoint", resource_name=self.endpoint_name.lower()
-        )
+        self.endpoint_arn = endpoint_arn(self, self.endpoint_name)
 
     def add_rollback_alarm(self, alarm: cloudwatch.IAlarm) -> None:
         if self.hosts_components:
@@ -96,13 +95,6 @@ class PEagleInferenceEndpoint(Construct):
     @property
     def rollback_alarms(self) -> tuple[cloudwatch.IAlarm, ...]:
         return tuple(self._rollback_alarms)
-
-    def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
-        return iam.Grant.add_to_principal(
-            grantee=grantee,
-            actions=["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"],
-            resource_arns=[self.endpoint_arn],
-        )
 
     def _render_deployment(self) -> sagemaker.CfnEndpoint.DeploymentConfigProperty:
         policy = self.deployment

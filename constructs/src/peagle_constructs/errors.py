@@ -12,8 +12,3 @@ from peagle_contract.serving import ServingConfigError
 class ConfigError(ServingConfigError):
     """A construct prop is out of range: ``<field>: got <value>; allowed: <what>``."""
 
-
-def check_int_range(value: object, field_name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(field_name, f"got {value!r}; allowed: an integer in {low}..{high}")
-    return value

@@ -104,9 +104,5 @@ class InstanceType:
     def memory_mib(self) -> int:
         return self.spec.host_by_size[self.size][1] * 1024
 
-    @property
-    def total_gpu_memory_gb(self) -> int:
-        return self.gpu_count * self.spec.gpu_memory_gb
-
     def __str__(self) -> str:
         return self.name

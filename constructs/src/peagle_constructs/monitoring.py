@@ -20,7 +20,7 @@ proposes exactly K tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from aws_cdk import Aws, Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -34,6 +34,7 @@ from peagle_contract import request_log
 from peagle_contract.request_log import METRIC_FIELDS, MetricField
 from peagle_contract.serving import check_num_speculative_tokens
 
+from peagle_constructs.endpoint_reference import InvocationMetrics, expression_options, metric
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.native_metrics import VllmMetricNames, acceptance_rate_query, quantile_query
 from peagle_constructs.notifications import AlarmSubscriber, AlarmTopic
@@ -42,6 +43,7 @@ from peagle_constructs.sagemaker_names import (
     INVOCATION_METRICS_NAMESPACE,
 )
 from peagle_constructs.security import limit_grants_to_aws_services
+from peagle_constructs.validation import check_duration, check_int, check_number, check_positive
 
 _FIELDS_BY_METRIC = {f.metric_name: f for f in METRIC_FIELDS}
 
@@ -71,31 +73,24 @@ class AlarmThresholds:
 
     def validate(self) -> None:
         for name in ("ttft_p90_ms", "tpot_p90_ms", "model_latency_p99_ms"):
-            _positive(getattr(self, name), f"monitoring.{name}", "a positive number of milliseconds")
+            check_positive(getattr(self, name), f"alarm_thresholds.{name}", "a positive number of milliseconds")
         for name in ("error_rate_percent", "model_error_rate_percent"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100:
-                raise ConfigError(f"monitoring.{name}", f"got {value!r}; allowed: a percentage in (0, 100]")
-        rate = self.acceptance_rate_min
-        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < 1):
-            raise ConfigError("monitoring.acceptance_rate_min", f"got {rate!r}; allowed: a fraction in (0, 1), or None")
-        if isinstance(self.min_requests, bool) or not isinstance(self.min_requests, int) or self.min_requests < 1:
-            raise ConfigError("monitoring.min_requests", f"got {self.min_requests!r}; allowed: an integer >= 1")
-        if self.period.to_seconds() not in (10, 30) and self.period.to_seconds() % 60:
-            raise ConfigError("monitoring.period", f"got {self.period.to_seconds()} s; allowed: 10, 30 or a multiple of 60 s")
-        if not 1 <= self.datapoints_to_alarm <= self.evaluation_periods:
-            raise ConfigError("monitoring.datapoints_to_alarm",
-                              f"got {self.datapoints_to_alarm}; allowed: 1..evaluation_periods ({self.evaluation_periods})")
-        if not 60 <= self.promql_window.to_seconds() <= 3600:
-            raise ConfigError("monitoring.promql_window", f"got {self.promql_window.to_seconds()} s; allowed: 60..3600 s")
+            check_number(getattr(self, name), f"alarm_thresholds.{name}", low=0, low_open=True, high=100,
+                         allowed="a percentage in (0, 100]")
+        if self.acceptance_rate_min is not None:
+            check_number(self.acceptance_rate_min, "alarm_thresholds.acceptance_rate_min", low=0, high=1, low_open=True,
+                         high_open=True, allowed="a fraction in (0, 1), or None")
+        check_int(self.min_requests, "alarm_thresholds.min_requests", 1)
+        period = check_duration(self.period, "alarm_thresholds.period", 10, 86400)
+        if period not in (10, 30) and period % 60:
+            raise ConfigError("alarm_thresholds.period", f"got {period} s; allowed: 10, 30 or a multiple of 60 s")
+        check_int(self.evaluation_periods, "alarm_thresholds.evaluation_periods", 1)
+        check_int(self.datapoints_to_alarm, "alarm_thresholds.datapoints_to_alarm", 1, self.evaluation_periods,
+                  allowed=f"1..evaluation_periods ({self.evaluation_periods})")
+        check_duration(self.promql_window, "alarm_thresholds.promql_window", 60, 3600)
 
 
-def _positive(value: object, field: str, allowed: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(field, f"got {value!r}; allowed: {allowed}")
-
-
-class EndpointMonitoring(Construct):
+class EndpointMonitoring(InvocationMetrics, Construct):
     """Observability for one endpoint variant - or, with ``component_name``, one inference component on it.
 
     Creates the log group SageMaker writes container output to (``/aws/sagemaker/Endpoints/<name>``, for a
@@ -119,16 +114,16 @@ class EndpointMonitoring(Construct):
         encryption_key: kms.IKey | None = None,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
-        thresholds: AlarmThresholds = AlarmThresholds(),
+        alarm_thresholds: AlarmThresholds = AlarmThresholds(),
         namespace: str | None = None,
-        subscribers: Sequence[AlarmSubscriber] = (),
+        alarm_subscribers: Sequence[AlarmSubscriber] = (),
         native_alarms: bool = True,
         vllm_metrics: VllmMetricNames = VllmMetricNames(),
         component_name: str | None = None,
     ) -> None:
         super().__init__(scope, id)
         check_num_speculative_tokens(num_speculative_tokens, "monitoring.num_speculative_tokens")
-        thresholds.validate()
+        alarm_thresholds.validate()
         self.endpoint_name, self.variant_name = endpoint_name, variant_name
         self.component_name = component_name
         # What is watched: its name keys the log group, the alarms and the request-line namespace.
@@ -137,7 +132,7 @@ class EndpointMonitoring(Construct):
         self._dimensions = ({"InferenceComponentName": component_name} if component_name
                             else {"EndpointName": endpoint_name, "VariantName": variant_name})
         self.num_speculative_tokens = num_speculative_tokens
-        self.thresholds = thresholds
+        self.alarm_thresholds = alarm_thresholds
         self.namespace = namespace or f"{request_log.DEFAULT_NAMESPACE}/{watched}"
         self.alarm_name_prefix = f"{watched}-"
         self.key = encryption_key or limit_grants_to_aws_services(kms.Key(
@@ -149,7 +144,20 @@ class EndpointMonitoring(Construct):
                           else f"{ENDPOINT_LOG_GROUP_PREFIX}{endpoint_name}")
         self.log_group = encrypted_log_group(self, "LogGroup", log_group_name, key=self.key, retention=log_retention,
                                              removal_policy=removal_policy)
-        self.metric_filters: dict[str, logs.MetricFilter] = {
+        self.metric_filters = self._metric_filters()
+        self.notifications = AlarmTopic(self, "AlarmTopic", key=self.key, alarm_name_prefix=self.alarm_name_prefix,
+                                        subscribers=alarm_subscribers, display_name=f"Alarms of {what}")
+        self.topic = self.notifications.topic
+        self.alarms: dict[str, cloudwatch.IAlarm] = {}
+        self._rollback: list[cloudwatch.IAlarm] = []
+        self._request_alarms()
+        if native_alarms and component_name is None:
+            self._native_alarms(vllm_metrics)
+        self.dashboard = self._dashboard()
+
+    def _metric_filters(self) -> dict[str, logs.MetricFilter]:
+        """One metric filter per field of the runtime's request line (:mod:`peagle_contract.request_log`)."""
+        return {
             field.metric_name: logs.MetricFilter(
                 self, f"{field.metric_name}Filter",
                 log_group=self.log_group,
@@ -162,15 +170,11 @@ class EndpointMonitoring(Construct):
             for field in METRIC_FIELDS
         }
 
-        self.notifications = AlarmTopic(self, "AlarmTopic", key=self.key, alarm_name_prefix=self.alarm_name_prefix,
-                                        subscribers=subscribers,
-                                        display_name=f"Alarms of {what}")
-        self.topic = self.notifications.topic
-
-        t = thresholds
+    # -- alarms -------------------------------------------------------------------------------------
+    def _request_alarms(self) -> None:
+        """The metric alarms: five that roll a deployment back, whole-request latency that notifies only."""
+        t = self.alarm_thresholds
         op = cloudwatch.ComparisonOperator
-        self.alarms: dict[str, cloudwatch.IAlarm] = {}
-        self._rollback: list[cloudwatch.IAlarm] = []
         self._metric_alarm("TimeToFirstTokenP90", self.metric_ttft(statistic="p90"), t.ttft_p90_ms,
                            "TTFT p90 (ms) from the runtime's request lines is above the threshold", rollback=True)
         self._metric_alarm("TimePerOutputTokenP90", self.metric_tpot(statistic="p90"), t.tpot_p90_ms,
@@ -183,18 +187,15 @@ class EndpointMonitoring(Construct):
                            t.model_error_rate_percent, "the share of requests the model container failed is above the "
                            "threshold", rollback=True, comparison=op.GREATER_THAN_OR_EQUAL_TO_THRESHOLD)
         if t.acceptance_rate_min is not None:
-            self._metric_alarm("AcceptanceRate", self.metric_acceptance_rate(min_drafted=t.min_requests * num_speculative_tokens),
+            drafted = t.min_requests * self.num_speculative_tokens
+            self._metric_alarm("AcceptanceRate", self.metric_acceptance_rate(min_drafted=drafted),
                                t.acceptance_rate_min, "the drafter's accepted share of draft tokens fell below the "
                                "threshold (a drafter that no longer matches the target)", rollback=True,
                                comparison=op.LESS_THAN_THRESHOLD)
         self._metric_alarm("ModelLatencyP99", self.metric_model_latency(statistic="p99"),
                            t.model_latency_p99_ms * 1000.0,  # ModelLatency is in microseconds
                            "SageMaker ModelLatency p99 (whole requests) is above the threshold; notification only")
-        if native_alarms and component_name is None:
-            self._native_alarms(vllm_metrics)
-        self.dashboard = self._dashboard()
 
-    # -- alarms -------------------------------------------------------------------------------------
     def _notify(self, id: str, alarm: cloudwatch.IAlarm, *, rollback: bool) -> None:
         for target in self.notifications.targets:
             action = cloudwatch_actions.SnsAction(target)
@@ -207,7 +208,7 @@ class EndpointMonitoring(Construct):
     def _metric_alarm(self, id: str, metric: cloudwatch.IMetric, threshold: float, what: str, *, rollback: bool = False,
                       comparison: cloudwatch.ComparisonOperator = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
                       ) -> None:
-        t = self.thresholds
+        t = self.alarm_thresholds
         percentile = isinstance(metric, cloudwatch.Metric) and str(metric.statistic).lower().startswith("p")
         alarm = cloudwatch.Alarm(
             self, id, metric=metric, threshold=threshold, alarm_name=f"{self.alarm_name_prefix}{id}",
@@ -221,7 +222,7 @@ class EndpointMonitoring(Construct):
 
     def _native_alarms(self, names: VllmMetricNames) -> None:
         """PromQL alarms on vLLM's own histograms and counters (detailed observability); notification only."""
-        t = self.thresholds
+        t = self.alarm_thresholds
         window = t.promql_window
         queries = {
             "VllmTimeToFirstTokenP90": (
@@ -253,92 +254,81 @@ class EndpointMonitoring(Construct):
         return tuple(a for a in self.alarms.values() if a not in self._rollback)
 
     # -- metrics from the request lines -------------------------------------------------------------
-    def metric_request_field(self, metric_name: str, *, statistic: str = "Average",
-                             period: Duration | None = None) -> cloudwatch.Metric:
+    # Every metric_* takes CDK's metric options (period, statistic, label, unit, color, ...); the period
+    # defaults to the alarms' own.
+    def metric_request_field(self, metric_name: str, **options: Any) -> cloudwatch.Metric:
         field = _FIELDS_BY_METRIC.get(metric_name)
         if field is None:
             raise ConfigError("metric_name", f"got {metric_name!r}; allowed: one of {sorted(_FIELDS_BY_METRIC)}")
-        return cloudwatch.Metric(namespace=self.namespace, metric_name=field.metric_name, statistic=statistic,
-                                 unit=_unit(field), period=period or self.thresholds.period)
+        return metric(self.namespace, field.metric_name, {},
+                      {"statistic": "Average", "unit": _unit(field), "period": self.alarm_thresholds.period}, options)
 
-    def metric_ttft(self, *, statistic: str = "p90", period: Duration | None = None) -> cloudwatch.Metric:
-        return self.metric_request_field("TimeToFirstToken", statistic=statistic, period=period)
+    def metric_ttft(self, **options: Any) -> cloudwatch.Metric:
+        return self.metric_request_field("TimeToFirstToken", **{"statistic": "p90", **options})
 
-    def metric_tpot(self, *, statistic: str = "p90", period: Duration | None = None) -> cloudwatch.Metric:
-        return self.metric_request_field("TimePerOutputToken", statistic=statistic, period=period)
+    def metric_tpot(self, **options: Any) -> cloudwatch.Metric:
+        return self.metric_request_field("TimePerOutputToken", **{"statistic": "p90", **options})
 
-    def metric_end_to_end_latency(self, *, statistic: str = "p90", period: Duration | None = None) -> cloudwatch.Metric:
-        return self.metric_request_field("EndToEndLatency", statistic=statistic, period=period)
+    def metric_end_to_end_latency(self, **options: Any) -> cloudwatch.Metric:
+        return self.metric_request_field("EndToEndLatency", **{"statistic": "p90", **options})
 
-    def metric_acceptance_rate(self, *, period: Duration | None = None, min_drafted: int = 1) -> cloudwatch.MathExpression:
+    def _token_sums(self, period: Duration | None) -> dict[str, cloudwatch.Metric]:
+        return {"accepted": self.metric_request_field("AcceptedTokens", statistic="Sum", period=period),
+                "drafted": self.metric_request_field("DraftedTokens", statistic="Sum", period=period)}
+
+    def metric_acceptance_rate(self, *, min_drafted: int = 1, **options: Any) -> cloudwatch.MathExpression:
         """Accepted per drafted token; 1 (nothing to judge) while fewer than ``min_drafted`` tokens were drafted."""
+        given = expression_options(options, "the acceptance rate")
+        period = given.pop("period", self.alarm_thresholds.period)
         return cloudwatch.MathExpression(
-            expression=f"IF(drafted >= {min_drafted}, accepted / drafted, 1)", label="Accepted per drafted token",
-            using_metrics={"accepted": self.metric_request_field("AcceptedTokens", statistic="Sum", period=period),
-                           "drafted": self.metric_request_field("DraftedTokens", statistic="Sum", period=period)},
-            period=period or self.thresholds.period,
-        )
+            expression=f"IF(drafted >= {min_drafted}, accepted / drafted, 1)",
+            using_metrics=self._token_sums(period), period=period, **{"label": "Accepted per drafted token", **given})
 
-    def metric_acceptance_length(self, *, period: Duration | None = None) -> cloudwatch.MathExpression:
+    def metric_acceptance_length(self, **options: Any) -> cloudwatch.MathExpression:
         k = self.num_speculative_tokens
+        given = expression_options(options, "the acceptance length")
+        period = given.pop("period", self.alarm_thresholds.period)
         return cloudwatch.MathExpression(
-            expression=f"IF(drafted > 0, 1 + {k} * accepted / drafted, 0)",
-            label=f"Acceptance length (tokens per target step, K={k})",
-            using_metrics={"accepted": self.metric_request_field("AcceptedTokens", statistic="Sum", period=period),
-                           "drafted": self.metric_request_field("DraftedTokens", statistic="Sum", period=period)},
-            period=period or self.thresholds.period,
-        )
+            expression=f"IF(drafted > 0, 1 + {k} * accepted / drafted, 0)", using_metrics=self._token_sums(period),
+            period=period, **{"label": f"Acceptance length (tokens per target step, K={k})", **given})
 
     # -- SageMaker's own metrics --------------------------------------------------------------------
-    def _sagemaker(self, metric_name: str, statistic: str, period: Duration | None,
+    def _sagemaker(self, metric_name: str, statistic: str, options: Mapping[str, Any],
                    namespace: str = INVOCATION_METRICS_NAMESPACE) -> cloudwatch.Metric:
-        return cloudwatch.Metric(
-            namespace=namespace, metric_name=metric_name, statistic=statistic, dimensions_map=self._dimensions,
-            period=period or self.thresholds.period,
-        )
+        return metric(namespace, metric_name, self._dimensions,
+                      {"statistic": statistic, "period": self.alarm_thresholds.period}, options)
 
-    def _utilization(self, metric_name: str, statistic: str, period: Duration | None) -> cloudwatch.Metric:
+    def _utilization(self, metric_name: str, options: Mapping[str, Any]) -> cloudwatch.Metric:
         """An instance metric of the endpoint, or the component's share of it (``<name>Normalized``)."""
         if self.component_name:
-            return self._sagemaker(f"{metric_name}Normalized", statistic, period, namespace=COMPONENT_METRICS_NAMESPACE)
-        return self._sagemaker(metric_name, statistic, period, namespace=ENDPOINT_METRICS_NAMESPACE)
+            return self._sagemaker(f"{metric_name}Normalized", "Average", options, namespace=COMPONENT_METRICS_NAMESPACE)
+        return self._sagemaker(metric_name, "Average", options, namespace=ENDPOINT_METRICS_NAMESPACE)
 
-    def metric_model_latency(self, *, statistic: str = "p99", period: Duration | None = None) -> cloudwatch.Metric:
-        """Microseconds, as SageMaker reports it."""
-        return self._sagemaker("ModelLatency", statistic, period)
+    def _invocation_metric(self, metric_name: str, statistic: str, options: Mapping[str, Any]) -> cloudwatch.Metric:
+        return self._sagemaker(metric_name, statistic, options)
 
-    def metric_invocations(self, *, statistic: str = "Sum", period: Duration | None = None) -> cloudwatch.Metric:
-        return self._sagemaker("Invocations", statistic, period)
-
-    def metric_invocation_5xx_errors(self, *, statistic: str = "Sum", period: Duration | None = None) -> cloudwatch.Metric:
-        return self._sagemaker("Invocation5XXErrors", statistic, period)
-
-    def metric_invocation_4xx_errors(self, *, statistic: str = "Sum", period: Duration | None = None) -> cloudwatch.Metric:
-        return self._sagemaker("Invocation4XXErrors", statistic, period)
-
-    def metric_invocation_model_errors(self, *, statistic: str = "Sum", period: Duration | None = None) -> cloudwatch.Metric:
-        return self._sagemaker("InvocationModelErrors", statistic, period)
-
-    def metric_error_rate(self, error_metric: str, *, period: Duration | None = None) -> cloudwatch.MathExpression:
+    def metric_error_rate(self, error_metric: str, **options: Any) -> cloudwatch.MathExpression:
         """Percent of invocations counted by ``error_metric``; 0 in a period with fewer than ``min_requests``."""
-        minimum = self.thresholds.min_requests
+        minimum = self.alarm_thresholds.min_requests
+        given = expression_options(options, error_metric)
+        period = given.pop("period", self.alarm_thresholds.period)
         return cloudwatch.MathExpression(
-            expression=f"IF(requests >= {minimum}, 100 * errors / requests, 0)", label=f"{error_metric} (% of requests)",
-            using_metrics={"errors": self._sagemaker(error_metric, "Sum", period),
-                           "requests": self._sagemaker("Invocations", "Sum", period)},
-            period=period or self.thresholds.period,
+            expression=f"IF(requests >= {minimum}, 100 * errors / requests, 0)",
+            using_metrics={"errors": self._sagemaker(error_metric, "Sum", {"period": period}),
+                           "requests": self._sagemaker("Invocations", "Sum", {"period": period})},
+            period=period, **{"label": f"{error_metric} (% of requests)", **given},
         )
 
-    def metric_concurrent_requests(self, *, statistic: str = "Maximum", period: Duration | None = None) -> cloudwatch.Metric:
+    def metric_concurrent_requests(self, **options: Any) -> cloudwatch.Metric:
         """In-flight requests per model (a component: per copy)."""
         name = "ConcurrentRequestsPerCopy" if self.component_name else "ConcurrentRequestsPerModel"
-        return self._sagemaker(name, statistic, period)
+        return self._sagemaker(name, "Maximum", options)
 
-    def metric_gpu_utilization(self, *, statistic: str = "Average", period: Duration | None = None) -> cloudwatch.Metric:
-        return self._utilization("GPUUtilization", statistic, period)
+    def metric_gpu_utilization(self, **options: Any) -> cloudwatch.Metric:
+        return self._utilization("GPUUtilization", options)
 
-    def metric_gpu_memory_utilization(self, *, statistic: str = "Average", period: Duration | None = None) -> cloudwatch.Metric:
-        return self._utilization("GPUMemoryUtilization", statistic, period)
+    def metric_gpu_memory_utilization(self, **options: Any) -> cloudwatch.Metric:
+        return self._utilization("GPUMemoryUtilization", options)
 
     # -- dashboard ----------------------------------------------------------------------------------
     def _dashboard(self) -> cloudwatch.Dashboard:

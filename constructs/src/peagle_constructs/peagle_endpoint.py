@@ -3,33 +3,29 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
-
-from peagle_contract.serving import ServingConfig
 
 from peagle_constructs.autoscaling import EndpointAutoscaling, ScalingMetric
 from peagle_constructs.deployment import DeploymentPolicy
 from peagle_constructs.endpoint import PEagleInferenceEndpoint, endpoint_name_for
-from peagle_constructs.endpoint_config import (
-    DEFAULT_INFERENCE_AMI_VERSION, DEFAULT_MODEL_DATA_DOWNLOAD_TIMEOUT, DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT,
-    DEFAULT_VARIANT_NAME, PEagleEndpointConfig,
-)
+from peagle_constructs.endpoint_config import PEagleEndpointConfig
+from peagle_constructs.endpoint_reference import EndpointBase
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.image import ContainerImage
-from peagle_constructs.instance_types import InstanceType
 from peagle_constructs.model import PEagleModel
-from peagle_constructs.monitoring import AlarmThresholds, EndpointMonitoring
-from peagle_constructs.native_metrics import DetailedObservability
-from peagle_constructs.notifications import AlarmSubscriber
-from peagle_constructs.presets import ModelPreset
+from peagle_constructs.monitoring import EndpointMonitoring
+from peagle_constructs.props import FleetProps, ModelProps
+from peagle_constructs.sagemaker_names import DEFAULT_VARIANT_NAME
 from peagle_constructs.security import limit_grants_to_aws_services
+from peagle_constructs.validation import check_type
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,23 +40,22 @@ class AutoscalingOptions:
     scale_out_cooldown: Duration = Duration.minutes(2)
 
 
-class PEagleEndpoint(Construct):
+class PEagleEndpoint(EndpointBase):
     """A P-EAGLE vLLM endpoint on SageMaker with the defaults LLM serving needs.
 
     - network isolation on (weights from S3 prefixes), least-privilege execution role;
     - LLM-sized startup/download timeouts, least-outstanding-requests routing;
     - one KMS key (rotation on) for the volume (EBS-backed families only), log group and alarm topic;
     - deployments (blue/green, or rolling) rolled back by the TTFT, TPOT, error-rate and acceptance alarms;
-    - alarm notifications to ``alarm_subscribers`` (email, HTTPS, existing topics);
+    - alarm notifications to ``model.alarm_subscribers`` (email, HTTPS, existing topics);
     - SageMaker's detailed observability on, with PromQL alarms on vLLM's own metrics;
-    - target tracking on concurrent requests, long scale-in cooldown;
+    - target tracking on concurrent requests, long scale-in cooldown (``scaling``; None: a fixed fleet);
     - a dashboard with TTFT/TPOT percentiles, acceptance length, traffic, errors and GPU use.
 
-    ``instance_count`` is the fleet at creation: the endpoint keeps the count autoscaling sets across updates
-    (RetainAllVariantProperties), so to resize a running endpoint change the autoscaling bounds.
-
-    ``preset`` (peagle_constructs.presets): the model family this serves; synth then refuses a K above the
-    head's trained K, an instance the preset does not list and a config whose memory does not fit.
+    ``model`` is what is served and how it is watched, ``fleet`` what serves it (:mod:`peagle_constructs.props`).
+    ``fleet.instance_count`` is the fleet at creation: the endpoint keeps the count autoscaling sets across
+    updates (RetainAllVariantProperties), so to resize a running endpoint change the autoscaling bounds.
+    The request-line metrics, alarms and dashboard are ``endpoint.monitoring``'s.
 
     The endpoint gets a deterministic name (``endpoint_name``, or ``<stack name>-<id>``) because its log
     group ``/aws/sagemaker/Endpoints/<name>`` must exist, encrypted, before SageMaker writes to it.
@@ -71,72 +66,53 @@ class PEagleEndpoint(Construct):
         scope: Construct,
         id: str,
         *,
-        serving: ServingConfig,
+        model: ModelProps,
         image: ContainerImage,
-        instance_type: str,
-        instance_count: int = 1,
-        network_isolation: bool = True,
+        fleet: FleetProps,
         endpoint_name: str | None = None,
-        autoscaling: AutoscalingOptions | None = AutoscalingOptions(),
+        scaling: AutoscalingOptions | None = AutoscalingOptions(),
         deployment: DeploymentPolicy | None = None,
-        monitoring: AlarmThresholds = AlarmThresholds(),
-        alarm_subscribers: Sequence[AlarmSubscriber] = (),
-        detailed_observability: DetailedObservability = DetailedObservability(),
-        encrypt_volume: bool | None = None,
-        volume_size_gb: int | None = None,
-        container_startup_health_check_timeout: Duration = DEFAULT_STARTUP_HEALTH_CHECK_TIMEOUT,
-        model_data_download_timeout: Duration = DEFAULT_MODEL_DATA_DOWNLOAD_TIMEOUT,
-        inference_ami_version: str = DEFAULT_INFERENCE_AMI_VERSION,
-        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
-        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         weights_key: kms.IKey | None = None,
-        environment: Mapping[str, str] | None = None,
-        preset: ModelPreset | None = None,
     ) -> None:
         super().__init__(scope, id)
-        parsed = InstanceType.of(instance_type)
-        if preset is not None:  # the head's trained K, the instances it fits, the memory arithmetic
-            preset.check(serving, instance_type=instance_type)
-        if encrypt_volume is None:
-            encrypt_volume = not parsed.local_nvme
+        check_type(model, "model", ModelProps, "a ModelProps")
+        check_type(fleet, "fleet", FleetProps, "a FleetProps")
+        model.check_on(fleet.instance_type)
         self.endpoint_name = endpoint_name_for(self, id, endpoint_name)
         self.variant_name = DEFAULT_VARIANT_NAME
-        scaling = self._scaling_bounds(autoscaling, instance_count)
+        bounds = self._scaling_bounds(scaling, fleet.instance_count)
 
         self.key = limit_grants_to_aws_services(kms.Key(
-            self, "Key", enable_key_rotation=True, removal_policy=removal_policy,
+            self, "Key", enable_key_rotation=True, removal_policy=fleet.removal_policy,
             description=f"P-EAGLE endpoint {self.endpoint_name}: storage volume, logs and alarm topic",
         ))
         self.monitoring = EndpointMonitoring(
             self, "Monitoring",
             endpoint_name=self.endpoint_name, variant_name=self.variant_name,
-            num_speculative_tokens=serving.num_speculative_tokens, encryption_key=self.key,
-            log_retention=log_retention, removal_policy=removal_policy, thresholds=monitoring,
-            subscribers=alarm_subscribers, native_alarms=detailed_observability.enabled,
+            num_speculative_tokens=model.serving.num_speculative_tokens, encryption_key=self.key,
+            log_retention=fleet.log_retention, removal_policy=fleet.removal_policy, alarm_thresholds=model.alarm_thresholds,
+            alarm_subscribers=model.alarm_subscribers, native_alarms=fleet.detailed_observability.enabled,
         )
         self.model = PEagleModel(
-            self, "Model", serving=serving, image=image, network_isolation=network_isolation,
-            log_group=self.monitoring.log_group, weights_key=weights_key, environment=environment,
+            self, "Model", serving=model.serving, image=image, network_isolation=model.network_isolation,
+            log_group=self.monitoring.log_group, weights_key=weights_key, environment=model.environment,
         )
-        self.endpoint_config = PEagleEndpointConfig(
-            self, "EndpointConfig", model=self.model, instance_type=instance_type, instance_count=instance_count,
-            variant_name=self.variant_name,
-            container_startup_health_check_timeout=container_startup_health_check_timeout,
-            model_data_download_timeout=model_data_download_timeout, inference_ami_version=inference_ami_version,
-            encryption_key=self.key if encrypt_volume else None, volume_size_gb=volume_size_gb,
-            detailed_observability=detailed_observability,
+        self.endpoint_config = PEagleEndpointConfig.for_model(
+            self, "EndpointConfig", model=self.model, fleet=fleet, variant_name=self.variant_name,
+            encryption_key=self.key if fleet.volume_encrypted else None,
         )
         self.endpoint = PEagleInferenceEndpoint(
             self, "Endpoint", endpoint_config=self.endpoint_config, endpoint_name=self.endpoint_name,
             deployment=deployment, rollback_alarms=self.monitoring.rollback_alarms,
         )
+        self.endpoint_arn = self.endpoint.endpoint_arn
         # SageMaker creates the log group itself if it writes first; ours must already be there.
         self.endpoint.cfn_endpoint.node.add_dependency(self.monitoring.log_group)
 
         self.autoscaling: EndpointAutoscaling | None = None
-        if scaling is not None:
+        if bounds is not None:
             self.autoscaling = EndpointAutoscaling(
-                self, "Autoscaling", endpoint_name=self.endpoint_name, variant_name=self.variant_name, **scaling,
+                self, "Autoscaling", endpoint_name=self.endpoint_name, variant_name=self.variant_name, **bounds,
             )
             self.autoscaling.scalable_target.node.add_dependency(self.endpoint.cfn_endpoint)
 
@@ -155,15 +131,15 @@ class PEagleEndpoint(Construct):
 
     # -- attributes ---------------------------------------------------------------------------------
     @property
-    def cfn_model(self):  # noqa: ANN201
+    def cfn_model(self) -> sagemaker.CfnModel:
         return self.model.cfn_model
 
     @property
-    def cfn_endpoint_config(self):  # noqa: ANN201
+    def cfn_endpoint_config(self) -> sagemaker.CfnEndpointConfig:
         return self.endpoint_config.cfn_endpoint_config
 
     @property
-    def cfn_endpoint(self):  # noqa: ANN201
+    def cfn_endpoint(self) -> sagemaker.CfnEndpoint:
         return self.endpoint.cfn_endpoint
 
     @property
@@ -178,55 +154,7 @@ class PEagleEndpoint(Construct):
     def alarms(self) -> Mapping[str, cloudwatch.IAlarm]:
         return self.monitoring.alarms
 
-    @property
-    def dashboard(self) -> cloudwatch.Dashboard:
-        return self.monitoring.dashboard
-
-    @property
-    def topic(self):  # noqa: ANN201
-        return self.monitoring.topic
-
-    @property
-    def endpoint_arn(self) -> str:
-        return self.endpoint.endpoint_arn
-
-    def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Let ``grantee`` call InvokeEndpoint and InvokeEndpointWithResponseStream on this endpoint only."""
-        return self.endpoint.grant_invoke(grantee)
-
-    # -- metrics ------------------------------------------------------------------------------------
-    def metric_ttft(self, **kwargs) -> cloudwatch.Metric:  # noqa: ANN003
-        return self.monitoring.metric_ttft(**kwargs)
-
-    def metric_tpot(self, **kwargs) -> cloudwatch.Metric:  # noqa: ANN003
-        return self.monitoring.metric_tpot(**kwargs)
-
-    def metric_end_to_end_latency(self, **kwargs) -> cloudwatch.Metric:  # noqa: ANN003
-        return self.monitoring.metric_end_to_end_latency(**kwargs)
-
-    def metric_acceptance_length(self, **kwargs) -> cloudwatch.MathExpression:  # noqa: ANN003
-        return self.monitoring.metric_acceptance_length(**kwargs)
-
-    def metric_acceptance_rate(self, **kwargs) -> cloudwatch.MathExpression:  # noqa: ANN003
-        return self.monitoring.metric_acceptance_rate(**kwargs)
-
-    def metric_model_latency(self, **kwargs) -> cloudwatch.Metric:  # noqa: ANN003
-        return self.monitoring.metric_model_latency(**kwargs)
-
-    def metric_invocations(self, **kwargs) -> cloudwatch.Metric:  # noqa: ANN003
-        return self.monitoring.metric_invocations(**kwargs)
-
-    def metric_invocation_5xx_errors(self, **kwargs) -> cloudwatch.Metric:  # noqa: ANN003
-        return self.monitoring.metric_invocation_5xx_errors(**kwargs)
-
-    def metric_invocation_model_errors(self, **kwargs) -> cloudwatch.Metric:  # noqa: ANN003
-        return self.monitoring.metric_invocation_model_errors(**kwargs)
-
-    def metric_concurrent_requests(self, **kwargs) -> cloudwatch.Metric:  # noqa: ANN003
-        return self.monitoring.metric_concurrent_requests(**kwargs)
-
-    def metric_gpu_utilization(self, **kwargs) -> cloudwatch.Metric:  # noqa: ANN003
-        return self.monitoring.metric_gpu_utilization(**kwargs)
-
-    def metric_gpu_memory_utilization(self, **kwargs) -> cloudwatch.Metric:  # noqa: ANN003
-        return self.monitoring.metric_gpu_memory_utilization(**kwargs)
+    def _metric_defaults(self) -> dict:
+        # SageMaker's metrics of this endpoint at the period its alarms judge them (the request-line metrics,
+        # TTFT, TPOT and acceptance, are its monitoring's: ``endpoint.monitoring.metric_ttft()``).
+        return {"period": self.monitoring.alarm_thresholds.period}

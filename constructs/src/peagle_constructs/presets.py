@@ -13,7 +13,7 @@ per GPU, against the GPU's memory times ``gpu_memory_utilization``. The arithmet
 head's own KV cache, a few layers, and CUDA graphs live in what gpu_memory_utilization leaves.) Each
 preset's defaults fit its smallest instance; the cards' own max_num_seqs (128 for GPT-OSS) are for B200s.
 
-Sources, checked through the search tools on 2026-12-01 (the numbers in the comments refer to them):
+Sources (the numbers in the comments refer to them):
 [1] huggingface.co/amazon/GPT-OSS-20B-P-EAGLE (card: 4 layers, trained for K up to 10, recommended K 7, the
     vLLM command: --kv-cache-dtype fp8 --async-scheduling --stream-interval 20 --max-cudagraph-capture-size
     4096 --no-enable-prefix-caching --max-num-batched-tokens 32768, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1)
@@ -73,7 +73,6 @@ class ModelPreset:
     served_model_name: str
     trained_k: int | None  # the K the head was trained for; None: unknown (state it when you stage one)
     recommended_k: int
-    head_layers: int | None
     weights_gib: float  # the target's weights on the GPUs, at the dtype it is served in
     head_gib: float  # the head's weights
     attention: AttentionShape | None  # None: not published; the KV cache is then not checked
@@ -133,12 +132,6 @@ class ModelPreset:
                 f"gpu_memory_utilization {serving.gpu_memory_utilization}); lower max_num_seqs or max_model_len, or "
                 "choose a larger instance")
 
-    def fits(self, serving: ServingConfig, instance_type: str) -> bool:
-        try:
-            self.check(serving, instance_type=instance_type)
-        except ConfigError:
-            return False
-        return True
 
 
 # The flags both GPT-OSS heads' cards serve with [1][2] (rendered by the DLC rule, e.g.
@@ -153,7 +146,7 @@ _LARGE = {"ml.g7e.2xlarge": _SINGLE, "ml.g7e.12xlarge": 2, "ml.p5.48xlarge": 2, 
 
 GPT_OSS_20B = ModelPreset(
     name="GPT-OSS-20B", target="openai/gpt-oss-20b", drafter="amazon/GPT-OSS-20B-P-EAGLE",
-    served_model_name="gpt-oss-20b", trained_k=10, recommended_k=7, head_layers=4,  # [1]
+    served_model_name="gpt-oss-20b", trained_k=10, recommended_k=7,  # [1]
     weights_gib=13.7, head_gib=3.4,  # [4]; the head: about 1.8B parameters in bf16 [1]
     attention=AttentionShape(layers=24, kv_heads=8, head_dim=64, sliding_layers=12, sliding_window=128),  # [4]
     model_max_len=131072, max_model_len=32768, max_num_seqs=16, kv_cache_dtype="fp8",  # [1]
@@ -165,7 +158,7 @@ GPT_OSS_20B = ModelPreset(
 
 GPT_OSS_120B = ModelPreset(
     name="GPT-OSS-120B", target="openai/gpt-oss-120b", drafter="amazon/gpt-oss-120b-p-eagle",
-    served_model_name="gpt-oss-120b", trained_k=8, recommended_k=5, head_layers=4,  # [2]
+    served_model_name="gpt-oss-120b", trained_k=8, recommended_k=5,  # [2]
     weights_gib=65.0, head_gib=3.2,  # [4]; the head: about 1.7B parameters in bf16 [2]
     attention=AttentionShape(layers=36, kv_heads=8, head_dim=64, sliding_layers=18, sliding_window=128),  # [4]
     model_max_len=131072, max_model_len=32768, max_num_seqs=16, kv_cache_dtype="fp8",  # [2]
@@ -176,7 +169,7 @@ GPT_OSS_120B = ModelPreset(
 QWEN3_CODER_30B = ModelPreset(
     name="Qwen3-Coder-30B-A3B-Instruct", target="Qwen/Qwen3-Coder-30B-A3B-Instruct",
     drafter="amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE", served_model_name="qwen3-coder-30b-a3b",
-    trained_k=18, recommended_k=10, head_layers=4,  # [3]
+    trained_k=18, recommended_k=10,  # [3]
     weights_gib=57.0, head_gib=1.5,  # [5]; the head's size is not on its card: an estimate for a 4-layer head
     attention=AttentionShape(layers=48, kv_heads=4, head_dim=128),  # [5]
     model_max_len=262144, max_model_len=16384, max_num_seqs=8,  # [3]
@@ -186,7 +179,7 @@ QWEN3_CODER_30B = ModelPreset(
 
 GEMMA_4_31B = ModelPreset(
     name="Gemma-4-31B-IT", target="google/gemma-4-31b-it", drafter=None, served_model_name="gemma-4-31b-it",
-    trained_k=None, recommended_k=5, head_layers=None,  # [6]: no public head; yours states its own K
+    trained_k=None, recommended_k=5,  # [6]: no public head; yours states its own K
     weights_gib=58.0, head_gib=2.0, attention=None,  # 31B parameters in bf16; the head: an estimate
     model_max_len=262144, max_model_len=16384, max_num_seqs=16,
     instances=_LARGE,

@@ -12,3 +12,5 @@ INVOCATION_METRICS_NAMESPACE = "AWS/SageMaker"
 # groups real accounts hold do), and its utilisation metrics, normalised to what the component reserved, here.
 COMPONENT_LOG_GROUP_PREFIX = "/aws/sagemaker/InferenceComponents/"
 COMPONENT_METRICS_NAMESPACE = "/aws/sagemaker/InferenceComponents"
+# The variant name SageMaker's own examples and tools use for an endpoint's one production variant.
+DEFAULT_VARIANT_NAME = "AllTraffic"

@@ -26,6 +26,12 @@ MASK_TOKEN_KEYS = ("mask_token_id", "dspark_noise_token_id", "pard_token", "ptd_
 MASK_TOKEN_WRITE_KEY = "ptd_token_id"
 # Where a drafter's config.json may state the K it was trained for (the depth of its parallel objective);
 # past it acceptance collapses. The heads this project writes use the first key.
+# vLLM 0.32's registry names for EAGLE-3-family heads: the ones its parallel-drafting proposer runs.
+PARALLEL_DRAFTING_ARCHITECTURES = frozenset({
+    "Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "PEagleDraftModel", "PeagleLlamaForCausalLM",
+    "Eagle3MiniMaxM2ForCausalLM", "Eagle3Qwen2_5vlForCausalLM", "Eagle3Qwen3vlForCausalLM", "Eagle3Qwen3ForCausalLM",
+    "PeagleQwen3ForCausalLM", "Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM",
+})
 TRAINED_K_KEYS = ("trained_num_speculative_tokens", "num_speculative_tokens")
 
 # A safetensors header over this size is not a real checkpoint header (guards a corrupt length field).
@@ -84,6 +90,7 @@ def trained_k(config: dict) -> tuple[str, int] | None:
 class DrafterInfo:
     mask_token_id: int
     trained: tuple[str, int] | None  # (config key, K) when the config states the K it was trained for
+    architectures: tuple[str, ...] = ()
 
     def check_k(self, num_speculative_tokens: int, *, where: str) -> None:
         """Refuse a K above the one the head was trained for: acceptance collapses past it."""
@@ -105,6 +112,10 @@ def check_drafter_dir(directory: str | Path, *, where: str) -> DrafterInfo:
         config = json.loads(cfg_file.read_text())
     except json.JSONDecodeError as exc:
         raise DrafterCheckError(f"{where}: {cfg_file} is not valid JSON ({exc.msg})") from None
+    architectures = config.get("architectures") or []
+    if not isinstance(architectures, list) or not set(architectures) & PARALLEL_DRAFTING_ARCHITECTURES:
+        raise DrafterCheckError(f"{where}: architectures {architectures!r} in {cfg_file}; allowed: an EAGLE-3 head "
+                                f"vLLM's parallel drafting runs, one of {sorted(PARALLEL_DRAFTING_ARCHITECTURES)}")
     token = mask_token_id(config)
     if token is None:
         raise DrafterCheckError(
@@ -124,4 +135,4 @@ def check_drafter_dir(directory: str | Path, *, where: str) -> DrafterInfo:
             f"{where}: the weights in {d} have no '{MASK_HIDDEN}' tensor (P-EAGLE's shared hidden state h_shared); "
             "this is not a parallel-drafting head"
         )
-    return DrafterInfo(mask_token_id=token, trained=trained_k(config))
+    return DrafterInfo(mask_token_id=token, trained=trained_k(config), architectures=tuple(architectures))

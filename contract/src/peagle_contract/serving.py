@@ -245,9 +245,9 @@ def speculative_config(drafter: str, *, num_speculative_tokens: int) -> dict:
     """P-EAGLE as vLLM's ``--speculative-config`` takes it: the eagle3 method with parallel drafting.
 
     ``drafter`` is the head's folder as the server sees it (or a hub id). Always name the method: vLLM's
-    guess from the folder name falls back to a plain draft model.
+    guess from the folder name falls back to a plain draft model. K is not checked here: a ServingConfig
+    checked it when it was made, and the image checks what it is given (:func:`parse_speculative_config`).
     """
-    check_num_speculative_tokens(num_speculative_tokens, "num_speculative_tokens")
     return {"method": SPEC_METHOD, "model": str(drafter), "num_speculative_tokens": num_speculative_tokens,
             "parallel_drafting": True}
 

@@ -1,5 +1,6 @@
 """Parallel-draft input build for P-EAGLE: torch reference (reference.py), fused one-launch Triton kernel
-(fused.py), the upstream-style multi-launch sequence (staged.py) and their shared types (draft_io.py).
+(fused.py) and their shared types (draft_io.py); the upstream-style multi-launch sequence it is measured
+against is bench/staged_baseline.py.
 
 Only draft_io and reference import here; the Triton modules are imported on use, because TRITON_INTERPRET
 must be set before triton is first imported when running on a CPU.

@@ -1,6 +1,6 @@
-"""The trained demo pair: a small Llama target and two drafter heads (P-EAGLE and EAGLE-3), built here from nothing.
+"""The trained toy pair: a small Llama target and two drafter heads (P-EAGLE and EAGLE-3), built here from nothing.
 
-    from models.demo_pair import build, existing_pair
+    from models.toy_pair import build, existing_pair
     pair = existing_pair()     # a models.pair.ModelPair if the cache holds this recipe, else None (never trains)
     pair = build()             # trains (about 6 minutes on 2 cores) unless cached, then returns the pair
     pair.target                # Llama target with its tokenizer
@@ -12,7 +12,7 @@ Steps, all seeded: a synthetic structured corpus (models.trainer.corpus) -> a by
 the target (next-token loss) -> the P-EAGLE head (parallel objective) and the EAGLE-3 head (training-time
 test), both distilled from the target's distributions -> saved in vLLM 0.32's layout by models.layout.
 The cache key hashes the recipe and the source of every module involved, so an edit rebuilds and a rerun
-is instant. Command line: ``python -m models.demo_pair [--out DIR] [--force]``.
+is instant. Command line: ``python -m models.toy_pair [--out DIR] [--force]``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def cache_root() -> Path:
     recipe = {k: asdict(v) for k, v in _recipe().items()}
     recipe["sizes"] = [VOCAB_SIZE, SEQ_LEN, HELD_OUT_ROWS]
     sources = [Path(__file__), Path(layout.__file__), *(TRAINER_DIR / name for name in TRAINER_MODULES)]
-    return cache.CACHE_DIR / cache.recipe_key("demo", recipe, sources)
+    return cache.CACHE_DIR / cache.recipe_key("toy", recipe, sources)
 
 
 def _write(root: Path, *, log=print) -> ModelPair:

@@ -9,13 +9,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import models.demo_pair as dm
+import models.toy_pair as toy
 from models import cache, layout
 from peagle_contract.drafter import MASK_TOKEN_WRITE_KEY, check_drafter_dir
 from models.trainer.corpus import CorpusSpec
 
 
-_FULL_RECIPE = dm._recipe
+_FULL_RECIPE = toy._recipe
 
 
 def _mini_recipe():
@@ -32,13 +32,13 @@ def _mini_recipe():
 @pytest.fixture(scope="module")
 def mini_pair(tmp_path_factory):
     mp = pytest.MonkeyPatch()
-    mp.setattr(dm, "_recipe", _mini_recipe)
-    mp.setattr(dm, "VOCAB_SIZE", 300)
-    mp.setattr(dm, "HELD_OUT_ROWS", 2)
+    mp.setattr(toy, "_recipe", _mini_recipe)
+    mp.setattr(toy, "VOCAB_SIZE", 300)
+    mp.setattr(toy, "HELD_OUT_ROWS", 2)
     # The builder pins torch to one thread and deterministic kernels; give other tests their settings back.
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     try:
-        yield dm.build(tmp_path_factory.mktemp("demo"), log=lambda _msg: None)
+        yield toy.build(tmp_path_factory.mktemp("demo"), log=lambda _msg: None)
     finally:
         mp.undo()
         torch.set_num_threads(threads)
@@ -82,8 +82,8 @@ def test_training_report_and_reloadable_target(mini_pair):
 
 def test_cache_lookup_never_trains_and_the_key_follows_the_recipe(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "CACHE_DIR", tmp_path)
-    assert dm.existing_pair() is None and not any(tmp_path.iterdir())  # looked, built nothing
-    assert dm.cache_root().parent == tmp_path
-    before = dm.cache_root()
-    monkeypatch.setattr(dm, "HELD_OUT_ROWS", dm.HELD_OUT_ROWS + 1)
-    assert dm.cache_root() != before  # a changed recipe never reads the old folder
+    assert toy.existing_pair() is None and not any(tmp_path.iterdir())  # looked, built nothing
+    assert toy.cache_root().parent == tmp_path
+    before = toy.cache_root()
+    monkeypatch.setattr(toy, "HELD_OUT_ROWS", toy.HELD_OUT_ROWS + 1)
+    assert toy.cache_root() != before  # a changed recipe never reads the old folder

@@ -1,4 +1,5 @@
-"""The upstream-style input build, written here as the baseline the fused kernel is measured against.
+"""The upstream-style input build, written here as the baseline the fused kernel is measured against
+(`make bench-kernel` and the kernel parity tests; not shipped in the image).
 
 Same steps and launch pattern as vLLM 0.32's proposer (torch + triton only, so it runs on a GPU machine
 without vLLM): (1) a Triton layout kernel writes token ids, positions, flags, sample indices and a

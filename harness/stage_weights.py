@@ -1,13 +1,12 @@
-"""Put a target and its P-EAGLE drafter into the S3 bundle the stacks deploy: `make stage-weights` or
-the ``peagle-stage-weights`` console script.
+"""Put a target and its P-EAGLE drafter into the S3 bundle the stacks deploy: `make stage-weights`, or
 
-    peagle-stage-weights --target openai/gpt-oss-20b --drafter amazon/GPT-OSS-20B-P-EAGLE \\
+    python -m harness.stage_weights --target openai/gpt-oss-20b --drafter amazon/GPT-OSS-20B-P-EAGLE \\
         --bundle s3://my-weights/bundles/gpt-oss-20b-p-eagle/ [--target-revision REV] [--drafter-revision REV]
 
 1. Each model is a local folder or a Hugging Face id (downloaded through huggingface_hub at a pinned
    revision: the commit the revision resolves to is recorded; the token comes from the usual place).
-2. The drafter is checked before anything is uploaded (peagle_contract.drafter: a ``mask_hidden`` tensor, a
-   mask-token id under a key vLLM reads, an EAGLE-3 architecture, a sane trained K); a bad one is refused
+2. The drafter is checked before anything is uploaded (peagle_contract.drafter, as the image checks it: a
+   ``mask_hidden`` tensor, a mask-token id under a key vLLM reads, an EAGLE-3 architecture, a sane trained K); a bad one is refused
    with what is missing, and nothing is uploaded.
 3. Files go to ``<bundle>/target/`` and ``<bundle>/drafter/`` - multipart for large files, a SHA-256
    checksum on every upload, the file's whole SHA-256 in its metadata; a file already there with the same
@@ -35,12 +34,6 @@ from peagle_contract.drafter import DrafterCheckError, check_drafter_dir
 
 from peagle_constructs.weights import S3Prefix
 
-# vLLM 0.32's registry names for EAGLE-3-family heads (the parallel-drafting proposer runs these).
-EAGLE3_ARCHITECTURES = frozenset({
-    "Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "PEagleDraftModel", "PeagleLlamaForCausalLM",
-    "Eagle3MiniMaxM2ForCausalLM", "Eagle3Qwen2_5vlForCausalLM", "Eagle3Qwen3vlForCausalLM", "Eagle3Qwen3ForCausalLM",
-    "PeagleQwen3ForCausalLM", "Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM",
-})
 METADATA_KEY = "sha256"  # x-amz-meta-sha256: the whole file's digest (a multipart ETag is not one)
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 
@@ -79,13 +72,8 @@ def check_drafter(folder: Path) -> dict:
         info = check_drafter_dir(folder, where="--drafter")
     except DrafterCheckError as exc:
         raise StageError(str(exc)) from None
-    config = json.loads((folder / "config.json").read_text())
-    architectures = config.get("architectures") or []
-    if not set(architectures) & EAGLE3_ARCHITECTURES:
-        raise StageError(f"--drafter: architectures {architectures} in {folder / 'config.json'}; allowed: an EAGLE-3 "
-                         f"head vLLM's parallel drafting runs, one of {sorted(EAGLE3_ARCHITECTURES)}")
     return {"mask_token_id": info.mask_token_id, "trained_k": info.trained[1] if info.trained else None,
-            "architectures": architectures}
+            "architectures": list(info.architectures)}
 
 
 def _files(source: Source, prefix: str) -> list[tuple[Path, str]]:
@@ -177,7 +165,7 @@ class _Progress:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="peagle-stage-weights", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.stage_weights", description=__doc__.splitlines()[0])
     parser.add_argument("--target", required=True, help="the target model: a Hugging Face id or a local folder")
     parser.add_argument("--drafter", required=True, help="its P-EAGLE head: a Hugging Face id or a local folder")
     parser.add_argument("--bundle", required=True, help="s3://bucket/prefix/ the environment's bundle")

@@ -1,0 +1,112 @@
+"""The typed props an endpoint is built from, shared by the constructs and by an app's own configuration.
+
+:class:`FleetProps` is what runs the model (instances, storage, startup timeouts, observability, how long
+logs live); :class:`ModelProps` is what is served and how it is watched (the serving config, its preset,
+the alarm thresholds and who they tell). ``PEagleEndpoint(model=..., fleet=...)``, ``PEagleComponentEndpoint
+(fleet=...)`` with ``add_component(model=...)`` and an environment of ``stacks/`` all take these same
+objects, so a value keeps one name from an environment's definition to the template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_logs as logs
+
+from peagle_contract.serving import ServingConfig
+
+from peagle_constructs.errors import ConfigError
+from peagle_constructs.instance_types import InstanceType
+from peagle_constructs.monitoring import AlarmThresholds
+from peagle_constructs.native_metrics import DetailedObservability
+from peagle_constructs.notifications import AlarmSubscriber
+from peagle_constructs.presets import ModelPreset
+from peagle_constructs.validation import check_choice, check_duration, check_int, check_type
+
+TIMEOUT_MIN_S, TIMEOUT_MAX_S = 60, 3600
+# A 20B-120B model needs minutes to copy from S3 and minutes more to load and warm up; SageMaker's
+# 4-minute startup default would fail the first deploy.
+DEFAULT_STARTUP_TIMEOUT = Duration.minutes(30)
+INFERENCE_AMI_VERSIONS = (
+    "al2-ami-sagemaker-inference-gpu-2",
+    "al2-ami-sagemaker-inference-gpu-2-1",
+    "al2-ami-sagemaker-inference-gpu-3-1",
+    "al2023-ami-sagemaker-inference-gpu-4-1",
+)
+# Recent vLLM wheels are built on CUDA 12.8+; the newest GPU AMI carries a driver that runs them.
+DEFAULT_INFERENCE_AMI_VERSION = "al2023-ami-sagemaker-inference-gpu-4-1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetProps:
+    """The instances that serve, and what each endpoint config and log group of them says.
+
+    ``instance_count`` is the fleet at creation (autoscaling owns it afterwards). ``encrypt_volume`` None: a
+    KMS key on EBS-backed families, none on local-NVMe ones (SageMaker refuses a key there; the instance
+    hardware encrypts). ``volume_size_gb`` is for EBS-backed families only.
+    """
+
+    instance_type: str
+    instance_count: int = 1
+    encrypt_volume: bool | None = None
+    volume_size_gb: int | None = None
+    container_startup_health_check_timeout: Duration = DEFAULT_STARTUP_TIMEOUT
+    model_data_download_timeout: Duration = DEFAULT_STARTUP_TIMEOUT
+    inference_ami_version: str = DEFAULT_INFERENCE_AMI_VERSION
+    detailed_observability: DetailedObservability = DetailedObservability()
+    log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR
+    removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
+
+    @property
+    def instance(self) -> InstanceType:
+        return InstanceType.of(self.instance_type)
+
+    @property
+    def volume_encrypted(self) -> bool:
+        return not self.instance.local_nvme if self.encrypt_volume is None else self.encrypt_volume
+
+    def validate(self) -> None:
+        instance = self.instance  # a malformed or unknown type is named first
+        check_int(self.instance_count, "instance_count", 1, 100)
+        self.startup_seconds()
+        check_choice(self.inference_ami_version, "inference_ami_version", INFERENCE_AMI_VERSIONS)
+        check_type(self.detailed_observability, "detailed_observability", DetailedObservability,
+                   "a DetailedObservability")
+        if self.volume_size_gb is not None:
+            if instance.local_nvme:
+                raise ConfigError("volume_size_gb", f"not allowed on {self.instance_type}: local NVMe storage has a "
+                                  "fixed size; allowed: None")
+            check_int(self.volume_size_gb, "volume_size_gb", 1, 512)
+
+    def startup_seconds(self) -> tuple[int, int]:
+        """The container startup and model download timeouts in whole seconds (SageMaker's 60..3600 s)."""
+        return (check_duration(self.container_startup_health_check_timeout, "container_startup_health_check_timeout",
+                               TIMEOUT_MIN_S, TIMEOUT_MAX_S),
+                check_duration(self.model_data_download_timeout, "model_data_download_timeout",
+                               TIMEOUT_MIN_S, TIMEOUT_MAX_S))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelProps:
+    """What is served and how it is watched.
+
+    ``preset`` (peagle_constructs.presets): the model family this serves; synth then refuses a K above the
+    head's trained K, an instance the preset does not list and a config whose memory does not fit.
+    ``environment``: container variables beside the serving config's own (never ``SM_VLLM_*``: vLLM flags
+    belong in ``ServingConfig.extra_args``). ``network_isolation`` on: the weights come from S3 prefixes.
+    """
+
+    serving: ServingConfig
+    preset: ModelPreset | None = None
+    alarm_thresholds: AlarmThresholds = AlarmThresholds()
+    alarm_subscribers: tuple[AlarmSubscriber, ...] = ()
+    network_isolation: bool = True
+    environment: Mapping[str, str] = field(default_factory=dict)
+
+    def check_on(self, instance_type: str, where: str = "preset") -> None:
+        """The preset's checks of this serving config on ``instance_type`` (none without a preset)."""
+        check_type(self.serving, "serving", ServingConfig, "a peagle_contract ServingConfig")
+        if self.preset is not None:
+            self.preset.check(self.serving, instance_type=instance_type, where=where)
