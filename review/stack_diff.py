@@ -372,6 +372,16 @@ def _renamed_endpoint(lid: str, here: dict[str, dict], there: dict[str, dict]) -
     return candidates[0] if candidates else None
 
 
+def _instance_ladder(variant: dict) -> str:
+    """The variant's instance type, or its capacity fallback ladder in the order SageMaker tries it
+    (``a > b > c``). A change of the ladder changes the instance types the variant runs on, so it is judged
+    as an instance-type change: SageMaker does not say that a variant under autoscaling may change it."""
+    pools = variant.get("InstancePools")
+    if not pools:
+        return str(variant.get("InstanceType"))
+    return " > ".join(str(pool.get("InstanceType")) for pool in sorted(pools, key=lambda pool: pool.get("Priority", 0)))
+
+
 def _variant_findings(base: dict[str, dict], head: dict[str, dict]) -> list[Finding]:
     findings = []
     scaled = _scaled_variants(base)  # what is registered now, in the deployed (base) stack
@@ -389,7 +399,7 @@ def _variant_findings(base: dict[str, dict], head: dict[str, dict]) -> list[Find
                         f"variant `{name}` is registered with Application Auto Scaling (target {target})",
                         ADVICE_VARIANT_NAME.format(old=name)))
                 continue
-            old_type, new_type = old.get("InstanceType"), new.get("InstanceType")
+            old_type, new_type = _instance_ladder(old), _instance_ladder(new)
             if old_type == new_type:
                 continue
             if target:

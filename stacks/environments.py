@@ -21,7 +21,7 @@ from aws_cdk import aws_logs as logs
 
 from peagle_constructs import (
     AlarmSubscriber, AlarmThresholds, AutoscalingOptions, ComputeRequirements, ConfigError, CopyScaling,
-    DeploymentPolicy, FleetProps, InstanceScaling, ModelProps,
+    DeploymentPolicy, FleetProps, InstancePool, InstanceScaling, ModelProps,
 )
 from peagle_constructs.autoscaling import check_floor_above_zero
 from peagle_constructs.endpoint import check_endpoint_name
@@ -86,7 +86,8 @@ class EnvironmentConfig:
             raise ConfigError(f"{self.name}.model.alarm_subscribers",
                               "empty, and this environment requires someone to tell; allowed: at least one "
                               "AlarmSubscriber.email(...), .https(...) or .topic(<SNS topic ARN>)")
-        self.model.check_on(self.fleet.instance_type, where=self.name)
+        self.fleet.validate()
+        self.model.check_on_fleet(self.fleet, where=self.name)
         self._check_hosting()
         if self.weights_key_arn is not None and not _KMS_KEY_ARN.match(str(self.weights_key_arn)):
             raise ConfigError(f"{self.name}.weights_key_arn", f"got {self.weights_key_arn!r}; allowed: a KMS key ARN "
@@ -184,7 +185,13 @@ PROD = EnvironmentConfig(
         alarm_subscribers=(AlarmSubscriber.email("peagle-oncall@example.com"),
                            AlarmSubscriber.https("https://events.pagerduty.example.com/integration/peagle-prod/enqueue")),
     ),
-    fleet=FleetProps(instance_type="ml.g6e.2xlarge", instance_count=4),
+    # When g6e has no capacity, the same model on the next GPU that holds it; each costs more than the one before
+    # it (an L40S with more host CPU and memory, an RTX PRO 6000, an H100), so Prod pays more only when it must.
+    fleet=FleetProps(instance_type="ml.g6e.2xlarge", instance_count=4,
+                     fallback_instances=(InstancePool(instance_type="ml.g6e.4xlarge"),
+                                         InstancePool(instance_type="ml.g7e.2xlarge"),
+                                         InstancePool(instance_type="ml.p5.4xlarge")),
+                     provision_timeout=Duration.minutes(30)),
     hosting=SingleModelHosting(scaling=AutoscalingOptions(min_capacity=4, max_capacity=12),
                                deployment=DeploymentPolicy.canary(instances=1, bake=Duration.minutes(15))),
     require_subscribers=True,

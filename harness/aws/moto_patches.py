@@ -22,6 +22,9 @@
    sagemaker:inference-component:DesiredCopyCount dimension and refuses it (when registering a target and
    when describing one). We admit exactly that dimension, for the sagemaker namespace and a resource id
    inference-component/<name>; every other combination still goes to moto's checks.
+7. Instance pools. moto refuses a production variant without InstanceType or ServerlessConfig; SageMaker takes
+   InstancePools instead of InstanceType (a capacity fallback ladder). We check each pool's instance type as
+   moto checks InstanceType; a variant with neither still fails.
 """
 
 from __future__ import annotations
@@ -51,6 +54,20 @@ def _validate_instance_type(self: FakeEndpointConfig, instance_type: str) -> Non
     if LLM_INSTANCE_TYPE.match(instance_type):
         return
     _moto_validate_instance_type(self, instance_type)
+
+
+_moto_validate_production_variants = FakeEndpointConfig.validate_production_variants
+
+
+def _validate_production_variants(self: FakeEndpointConfig, production_variants: list[dict[str, Any]]) -> None:
+    plain = []
+    for variant in production_variants:
+        if "InstancePools" in variant and "InstanceType" not in variant:
+            for pool in variant["InstancePools"]:
+                self.validate_instance_type(pool["InstanceType"])
+        else:
+            plain.append(variant)
+    _moto_validate_production_variants(self, plain)
 
 
 _NAME_PROPERTY = {FakeEndpoint: "EndpointName", FakeEndpointConfig: "EndpointConfigName", FakeModel: "ModelName"}
@@ -136,6 +153,7 @@ def install() -> None:
     ManagedPolicy.delete = _delete_managed_policy  # type: ignore[attr-defined]
     KmsKey.create_from_cloudformation_json = classmethod(_create_kms_key)  # type: ignore[method-assign,assignment]
     FakeEndpointConfig.validate_instance_type = _validate_instance_type  # type: ignore[method-assign]
+    FakeEndpointConfig.validate_production_variants = _validate_production_variants  # type: ignore[method-assign]
     SageMakerModelBackend.validate_production_variants = _check_variant_models  # type: ignore[method-assign]
     FakeEndpointConfig.create_from_cloudformation_json = classmethod(_create_endpoint_config)  # type: ignore[method-assign,assignment]
     SageMakerResponse.create_endpoint_config = _api_create_endpoint_config  # type: ignore[method-assign]

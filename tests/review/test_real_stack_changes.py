@@ -132,6 +132,30 @@ def test_an_instance_type_change_under_autoscaling_fails_with_the_two_step_way(r
     assert failing and any("instance type" in f.why and f.advice for f in failing), failing
 
 
+def test_a_change_of_prods_capacity_ladder_is_judged_as_an_instance_type_change():
+    """Prod runs under autoscaling with a fallback ladder: reordering it or adding the ladder to a fleet that had
+    none changes the instance types its variant runs on, so the diff fails it with the two-step way; a
+    ladder that stays the same passes."""
+    from stacks.environments import PROD
+
+    from peagle_constructs import InstancePool
+
+    base = _template(PROD)
+    reordered = replace(PROD, fleet=replace(PROD.fleet, fallback_instances=tuple(reversed(PROD.fleet.fallback_instances))))
+    no_ladder = replace(PROD, fleet=replace(PROD.fleet, fallback_instances=(), provision_timeout=None))
+    longer = replace(PROD, fleet=replace(PROD.fleet, fallback_instances=(
+        *PROD.fleet.fallback_instances, InstancePool(instance_type="ml.p5e.48xlarge"))))
+    for changed in (reordered, longer):
+        findings = stack_diff.classify(base, _template(changed))
+        (ladder,) = [f for f in findings if f.change.startswith("instance type")]
+        assert ladder.verdict == FAIL and ladder.advice and " > " in ladder.change, ladder
+    (added,) = [f for f in stack_diff.classify(_template(no_ladder), base) if f.change.startswith("instance type")]
+    assert added.change == ("instance type ml.g6e.2xlarge -> ml.g6e.2xlarge > ml.g6e.4xlarge > ml.g7e.2xlarge > "
+                            "ml.p5.4xlarge") and added.verdict == FAIL
+    same = replace(PROD, model=replace(PROD.model, serving=replace(PROD.model.serving, num_speculative_tokens=5)))
+    assert not [f for f in stack_diff.classify(base, _template(same)) if f.change.startswith("instance type")]
+
+
 def test_a_renamed_endpoint_is_a_removal_plus_an_addition_that_is_a_replacement(reviews):
     r = reviews["endpoint-name"]
     assert r.verdict == FAIL

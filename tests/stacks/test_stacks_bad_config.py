@@ -9,7 +9,7 @@ from aws_cdk import App, Duration
 
 from peagle_constructs import (
     AlarmThresholds, AutoscalingOptions, ComputeRequirements, CopyScaling, DeploymentPolicy, DetailedObservability,
-    InstanceScaling, ServingConfigError,
+    InstancePool, InstanceScaling, ServingConfigError,
 )
 from stacks.application import OFFLINE, build_app
 from stacks.environments import DEV, PROD, STAGING, ComponentHosting
@@ -118,6 +118,13 @@ CASES = [
      "deployment.percent", "5..50"),
     ("publish-frequency", fleet(detailed_observability=DetailedObservability(publish_frequency=Duration.seconds(15))),
      "detailed_observability.publish_frequency", "10, 30, 60"),
+    # Prod's capacity ladder: every pool is judged like the primary.
+    ("ladder-pool-the-preset-does-not-fit", fleet(PROD, fallback_instances=(InstancePool(instance_type="ml.g5.2xlarge"),)),
+     "Prod.fallback_instances[0].instance_type", "allowed for GPT-OSS-20B"),
+    ("ladder-pool-twice", fleet(PROD, fallback_instances=(InstancePool(instance_type="ml.g7e.2xlarge"),
+                                                          InstancePool(instance_type="ml.g7e.2xlarge"))),
+     "fallback_instances[1].instance_type", "already in the ladder"),
+    ("ladder-timeout-too-long", fleet(PROD, provision_timeout=Duration.hours(2)), "provision_timeout", "300..3600"),
     ("tpot-threshold-zero", model(alarm_thresholds=AlarmThresholds(tpot_p90_ms=0)), "alarm_thresholds.tpot_p90_ms", "positive"),
 ]
 

@@ -59,6 +59,22 @@ def test_the_judge_catches_what_the_api_would_refuse(templates, break_it, expect
     assert any(expected in p for p in problems), problems
 
 
+@pytest.mark.parametrize(("break_it", "expected"), [
+    (lambda v: v["InstancePools"][1].update(InstanceType="ml.g6e.3xlarge"), "'ml.g6e.3xlarge' is not in"),
+    (lambda v: v["InstancePools"][3].update(Priority=6), "6 is outside 1..5"),
+    (lambda v: v.update(VariantInstanceProvisionTimeoutInSeconds=120), "120 is outside 300..3600"),
+    (lambda v: v["InstancePools"].extend([{"InstanceType": "ml.g6e.8xlarge", "Priority": 5},
+                                          {"InstanceType": "ml.g6e.12xlarge", "Priority": 5}]), "6 items; allowed 1..5"),
+])
+def test_the_judge_reads_prods_capacity_ladder(templates, break_it, expected):
+    """Prod's variant names its instance types as a ladder of pools; the judge reads them as the API does."""
+    assert "InstanceType" not in _variant(templates["Prod"]) and len(_variant(templates["Prod"])["InstancePools"]) == 4
+    template = copy.deepcopy(templates["Prod"])
+    break_it(_variant(template))
+    problems = check_template(template)
+    assert any(expected in p for p in problems), problems
+
+
 def test_the_construct_catalogue_is_the_apis():
     model = service_model()
     instance_types = set(model.shape_for("ProductionVariantInstanceType").enum)

@@ -22,14 +22,15 @@ from peagle_constructs.monitoring import AlarmThresholds, EndpointMonitoring
 from peagle_constructs.native_metrics import DetailedObservability, VllmMetricNames
 from peagle_constructs.notifications import AlarmSubscriber, AlarmTopic
 from peagle_constructs.peagle_endpoint import AutoscalingOptions, PEagleEndpoint
-from peagle_constructs.props import FleetProps, ModelProps
+from peagle_constructs.props import FleetProps, InstancePool, ModelProps
 from peagle_constructs.security import NAG_PACKS, add_nag_packs
 
 __all__ = [
-    "AlarmSubscriber", "AlarmThresholds", "AlarmTopic", "AutoscalingOptions", "ComponentAutoscaling",
-    "ComputeRequirements", "ConfigError", "ContainerImage", "CopyScaling", "DeploymentPolicy",
-    "DetailedObservability", "EndpointAutoscaling", "EndpointBase", "EndpointMonitoring", "FleetProps", "GPU_FAMILIES", "InstanceScaling",
-    "InstanceType", "ModelProps", "NAG_PACKS", "PEagleComponentEndpoint", "PEagleEndpoint", "PEagleEndpointConfig",
-    "PEagleInferenceComponent", "PEagleInferenceEndpoint", "PEagleModel", "ScalingMetric", "ServingConfig",
-    "ServingConfigError", "VllmMetricNames", "add_nag_packs",
+    "add_nag_packs", "AlarmSubscriber", "AlarmThresholds", "AlarmTopic", "AutoscalingOptions",
+    "ComponentAutoscaling", "ComputeRequirements", "ConfigError", "ContainerImage", "CopyScaling",
+    "DeploymentPolicy", "DetailedObservability", "EndpointAutoscaling", "EndpointBase", "EndpointMonitoring",
+    "FleetProps", "GPU_FAMILIES", "InstancePool", "InstanceScaling", "InstanceType", "ModelProps", "NAG_PACKS",
+    "PEagleComponentEndpoint", "PEagleEndpoint", "PEagleEndpointConfig", "PEagleInferenceComponent",
+    "PEagleInferenceEndpoint", "PEagleModel", "ScalingMetric", "ServingConfig", "ServingConfigError",
+    "VllmMetricNames",
 ]

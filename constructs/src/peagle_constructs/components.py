@@ -134,6 +134,9 @@ class PEagleComponentEndpoint(EndpointBase):
     ) -> None:
         super().__init__(scope, id)
         check_type(fleet, "fleet", FleetProps, "a FleetProps")
+        if fleet.fallback_instances:
+            # A copy's reservation is checked against one instance type; a ladder would need it per pool.
+            raise ConfigError("fallback_instances", "not supported on a fleet of inference components; allowed: ()")
         check_type(instance_scaling, "instance_scaling", InstanceScaling, "an InstanceScaling")
         if not allow_scale_to_zero:
             check_floor_above_zero(instance_scaling.min_instances, "instance_scaling.min_instances")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -11,6 +12,7 @@ from constructs import Construct
 
 from peagle_constructs import security
 from peagle_constructs.errors import ConfigError
+from peagle_constructs.instance_types import InstanceType
 from peagle_constructs.model import PEagleModel
 from peagle_constructs.props import FleetProps
 from peagle_constructs.sagemaker_names import DEFAULT_VARIANT_NAME
@@ -59,9 +61,12 @@ class PEagleEndpointConfig(Construct):
     @classmethod
     def for_model(cls, scope: Construct, id: str, *, model: PEagleModel, fleet: FleetProps,
                   variant_name: str = DEFAULT_VARIANT_NAME, routing_strategy: str = "LEAST_OUTSTANDING_REQUESTS",
-                  encryption_key: kms.IKey | None = None) -> "PEagleEndpointConfig":
+                  encryption_key: kms.IKey | None = None,
+                  pool_models: Mapping[int, PEagleModel] | None = None) -> "PEagleEndpointConfig":
+        """``pool_models``: by index in ``fleet.fallback_instances``, the model a pool serves instead of
+        ``model`` (one with that pool's tensor parallelism)."""
         return cls(scope, id, fleet=fleet, model=model, variant_name=variant_name, routing_strategy=routing_strategy,
-                   encryption_key=encryption_key)
+                   encryption_key=encryption_key, pool_models=pool_models)
 
     @classmethod
     def for_components(cls, scope: Construct, id: str, *, fleet: FleetProps, instance_scaling: InstanceScaling,
@@ -83,6 +88,7 @@ class PEagleEndpointConfig(Construct):
         encryption_key: kms.IKey | None = None,
         instance_scaling: InstanceScaling | None = None,
         execution_role: iam.IRole | None = None,
+        pool_models: Mapping[int, PEagleModel] | None = None,
     ) -> None:
         super().__init__(scope, id)
         one_model = model is not None and instance_scaling is None and execution_role is None
@@ -98,6 +104,7 @@ class PEagleEndpointConfig(Construct):
         if instance_scaling is not None:
             instance_scaling.validate(initial_instances=fleet.instance_count)
         self.instance_scaling = instance_scaling
+        self.pool_models = dict(pool_models or {})
         self._check(model, variant_name, routing_strategy, encryption_key)
         self.variant_name = variant_name
         self.encryption_key = encryption_key
@@ -110,34 +117,55 @@ class PEagleEndpointConfig(Construct):
             execution_role_arn=execution_role.role_arn if execution_role is not None else None,
         )
         self.endpoint_config_name: str = self.cfn_endpoint_config.attr_endpoint_config_name
-        if self.instance_type.local_nvme:
-            security.acknowledge_nvme_endpoint_config(self.cfn_endpoint_config, instance_type=fleet.instance_type)
+        if fleet.local_nvme:
+            security.acknowledge_nvme_endpoint_config(self.cfn_endpoint_config,
+                                                      instance_type=", ".join(fleet.instance_types))
 
     def _check(self, model: PEagleModel | None, variant_name: object, routing_strategy: str,
                encryption_key: kms.IKey | None) -> None:
-        instance, name = self.instance_type, self.fleet.instance_type
+        fleet = self.fleet
         tp = model.serving.tensor_parallel_size if model is not None else 1
-        if tp > instance.gpu_count:
-            raise ConfigError("serving.tensor_parallel_size",
-                              f"got {tp} but {name} has {instance.gpu_count} GPU(s); allowed: at most that many")
+        for index, name in enumerate(fleet.instance_types):
+            gpus = InstanceType.of(name).gpu_count
+            pool_tp = self.pool_models[index - 1].serving.tensor_parallel_size if index - 1 in self.pool_models else tp
+            if pool_tp > gpus:
+                raise ConfigError("serving.tensor_parallel_size", f"got {pool_tp} but {name} has {gpus} GPU(s); "
+                                  "allowed: at most that many (or a fallback pool's own tensor_parallel_size)")
+        if self.pool_models and model is None:
+            raise ConfigError("pool_models", "only for a fleet that serves one model; allowed: None")
+        unknown = sorted(set(self.pool_models) - set(range(len(fleet.fallback_instances))))
+        if unknown:
+            raise ConfigError("pool_models", f"got indexes {unknown}; allowed: indexes of fleet.fallback_instances")
         check_choice(routing_strategy, "routing_strategy", ROUTING_STRATEGIES)
         if not isinstance(variant_name, str) or not variant_name.replace("-", "").isalnum() or len(variant_name) > 63:
             raise ConfigError("variant_name", f"got {variant_name!r}; allowed: 1-63 letters, digits and hyphens")
-        if instance.local_nvme and encryption_key is not None:
+        if fleet.local_nvme and encryption_key is not None:
+            nvme = [n for n in fleet.instance_types if InstanceType.of(n).local_nvme]
             raise ConfigError(
                 "encryption_key",
-                f"not allowed on {name}: the {instance.family} family has local NVMe storage, encrypted by the "
-                "instance hardware, and CreateEndpointConfig fails with a KMS key; allowed: None",
+                f"not allowed on {', '.join(nvme)}: local NVMe storage, encrypted by the instance hardware, and "
+                "CreateEndpointConfig fails with a KMS key; allowed: None",
             )
 
     def _variant(self, model: PEagleModel | None,
                  routing_strategy: str) -> sagemaker.CfnEndpointConfig.ProductionVariantProperty:
         fleet = self.fleet
         startup, download = fleet.startup_seconds()
+        pools = None
+        if fleet.fallback_instances:
+            # The ladder replaces InstanceType: the primary is the pool of priority 1.
+            pools = [sagemaker.CfnEndpointConfig.InstancePoolProperty(instance_type=fleet.instance_type, priority=1)]
+            pools += [sagemaker.CfnEndpointConfig.InstancePoolProperty(
+                instance_type=pool.instance_type, priority=index + 2,
+                model_name_override=self.pool_models[index].model_name if index in self.pool_models else None)
+                for index, pool in enumerate(fleet.fallback_instances)]
+        timeout = fleet.provision_timeout
         return sagemaker.CfnEndpointConfig.ProductionVariantProperty(
             variant_name=self.variant_name,
             model_name=model.model_name if model is not None else None,
-            instance_type=fleet.instance_type,
+            instance_type=None if pools else fleet.instance_type,
+            instance_pools=pools,
+            variant_instance_provision_timeout_in_seconds=int(timeout.to_seconds()) if timeout is not None else None,
             initial_instance_count=fleet.instance_count,
             initial_variant_weight=1,
             container_startup_health_check_timeout_in_seconds=startup,

@@ -77,7 +77,8 @@ class PEagleEndpoint(EndpointBase):
         super().__init__(scope, id)
         check_type(model, "model", ModelProps, "a ModelProps")
         check_type(fleet, "fleet", FleetProps, "a FleetProps")
-        model.check_on(fleet.instance_type)
+        fleet.validate()
+        model.check_on_fleet(fleet)
         self.endpoint_name = endpoint_name_for(self, id, endpoint_name)
         self.variant_name = DEFAULT_VARIANT_NAME
         bounds = self._scaling_bounds(scaling, fleet.instance_count)
@@ -97,9 +98,17 @@ class PEagleEndpoint(EndpointBase):
             self, "Model", serving=model.serving, image=image, network_isolation=model.network_isolation,
             log_group=self.monitoring.log_group, weights_key=weights_key, environment=model.environment,
         )
+        # A fallback pool with its own tensor parallelism serves a model of its own (the pool's model override).
+        self.pool_models = {
+            index: PEagleModel(
+                self, f"Model{pool.instance_type.replace('.', ' ').title().replace(' ', '')}",
+                serving=model.on_pool(pool).serving, image=image, network_isolation=model.network_isolation,
+                log_group=self.monitoring.log_group, weights_key=weights_key, environment=model.environment)
+            for index, pool in enumerate(fleet.fallback_instances) if model.on_pool(pool) is not model
+        }
         self.endpoint_config = PEagleEndpointConfig.for_model(
             self, "EndpointConfig", model=self.model, fleet=fleet, variant_name=self.variant_name,
-            encryption_key=self.key if fleet.volume_encrypted else None,
+            encryption_key=self.key if fleet.volume_encrypted else None, pool_models=self.pool_models,
         )
         self.endpoint = PEagleInferenceEndpoint(
             self, "Endpoint", endpoint_config=self.endpoint_config, endpoint_name=self.endpoint_name,

@@ -9,7 +9,7 @@ objects, so a value keeps one name from an environment's definition to the templ
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from aws_cdk import Duration, RemovalPolicy
@@ -37,6 +37,20 @@ INFERENCE_AMI_VERSIONS = (
 )
 # Recent vLLM wheels are built on CUDA 12.8+; the newest GPU AMI carries a driver that runs them.
 DEFAULT_INFERENCE_AMI_VERSION = "al2023-ami-sagemaker-inference-gpu-4-1"
+MAX_INSTANCE_POOLS = 5  # ProductionVariant.InstancePools: the primary and up to four fallbacks
+PROVISION_TIMEOUT_MIN_S, PROVISION_TIMEOUT_MAX_S = 300, 3600  # VariantInstanceProvisionTimeoutInSeconds
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstancePool:
+    """An instance type the fleet falls back to when the ones before it have no capacity.
+
+    ``tensor_parallel_size`` None: the serving config's; another value (a type with more, or fewer, GPUs per
+    instance) gets this pool a model of its own with that tensor parallelism (the pool's ModelNameOverride).
+    """
+
+    instance_type: str
+    tensor_parallel_size: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +64,10 @@ class FleetProps:
 
     instance_type: str
     instance_count: int = 1
+    # Tried in order when the instance types before them have no capacity (SageMaker's InstancePools); each is
+    # checked at synth like ``instance_type``. ``provision_timeout``: how long SageMaker tries them all.
+    fallback_instances: tuple[InstancePool, ...] = ()
+    provision_timeout: Duration | None = None
     encrypt_volume: bool | None = None
     volume_size_gb: int | None = None
     container_startup_health_check_timeout: Duration = DEFAULT_STARTUP_TIMEOUT
@@ -64,21 +82,56 @@ class FleetProps:
         return InstanceType.of(self.instance_type)
 
     @property
+    def instance_types(self) -> tuple[str, ...]:
+        """Every instance type the fleet may run on, in the order SageMaker tries them."""
+        return (self.instance_type, *(pool.instance_type for pool in self.fallback_instances))
+
+    @property
+    def local_nvme(self) -> bool:
+        """Whether any instance type of the fleet has local NVMe storage (no KMS key, no volume size there)."""
+        return any(InstanceType.of(name).local_nvme for name in self.instance_types)
+
+    @property
     def volume_encrypted(self) -> bool:
-        return not self.instance.local_nvme if self.encrypt_volume is None else self.encrypt_volume
+        return not self.local_nvme if self.encrypt_volume is None else self.encrypt_volume
 
     def validate(self) -> None:
-        instance = self.instance  # a malformed or unknown type is named first
+        self.instance  # a malformed or unknown type is named first
         check_int(self.instance_count, "instance_count", 1, 100)
         self.startup_seconds()
         check_choice(self.inference_ami_version, "inference_ami_version", INFERENCE_AMI_VERSIONS)
         check_type(self.detailed_observability, "detailed_observability", DetailedObservability,
                    "a DetailedObservability")
+        self._check_fallbacks()
         if self.volume_size_gb is not None:
-            if instance.local_nvme:
-                raise ConfigError("volume_size_gb", f"not allowed on {self.instance_type}: local NVMe storage has a "
-                                  "fixed size; allowed: None")
+            if self.local_nvme:
+                raise ConfigError("volume_size_gb", f"not allowed on {', '.join(self.instance_types)}: local NVMe "
+                                  "storage has a fixed size; allowed: None")
             check_int(self.volume_size_gb, "volume_size_gb", 1, 512)
+
+    def _check_fallbacks(self) -> None:
+        pools = self.fallback_instances
+        if not isinstance(pools, tuple) or not all(isinstance(p, InstancePool) for p in pools):
+            raise ConfigError("fallback_instances", f"got {pools!r}; allowed: a tuple of InstancePool(...)")
+        if len(pools) > MAX_INSTANCE_POOLS - 1:
+            raise ConfigError("fallback_instances", f"got {len(pools)}; allowed: at most {MAX_INSTANCE_POOLS - 1} "
+                              f"(SageMaker's {MAX_INSTANCE_POOLS} instance pools, the primary included)")
+        seen = {self.instance_type}
+        for index, pool in enumerate(pools):
+            field_name = f"fallback_instances[{index}]"
+            instance = InstanceType.of(pool.instance_type, field_name=f"{field_name}.instance_type")
+            if pool.instance_type in seen:
+                raise ConfigError(f"{field_name}.instance_type", f"got {pool.instance_type!r}, already in the ladder; "
+                                  "allowed: an instance type not tried before it")
+            seen.add(pool.instance_type)
+            if pool.tensor_parallel_size is not None:
+                check_int(pool.tensor_parallel_size, f"{field_name}.tensor_parallel_size", 1, instance.gpu_count,
+                          allowed=f"1..{instance.gpu_count} (the GPUs of one {pool.instance_type}), or None")
+        if self.provision_timeout is not None:
+            if not pools:
+                raise ConfigError("provision_timeout", "only with fallback_instances (it bounds the time SageMaker "
+                                  "tries the ladder); allowed: None")
+            check_duration(self.provision_timeout, "provision_timeout", PROVISION_TIMEOUT_MIN_S, PROVISION_TIMEOUT_MAX_S)
 
     def startup_seconds(self) -> tuple[int, int]:
         """The container startup and model download timeouts in whole seconds (SageMaker's 60..3600 s)."""
@@ -110,3 +163,16 @@ class ModelProps:
         check_type(self.serving, "serving", ServingConfig, "a peagle_contract ServingConfig")
         if self.preset is not None:
             self.preset.check(self.serving, instance_type=instance_type, where=where)
+
+    def on_pool(self, pool: InstancePool) -> "ModelProps":
+        """These props as a fallback pool serves them: with the pool's tensor parallelism where it has one."""
+        if pool.tensor_parallel_size is None or pool.tensor_parallel_size == self.serving.tensor_parallel_size:
+            return self
+        return replace(self, serving=replace(self.serving, tensor_parallel_size=pool.tensor_parallel_size))
+
+    def check_on_fleet(self, fleet: FleetProps, where: str = "preset") -> None:
+        """The preset's checks on the fleet's instance type and on every fallback pool, each with its own
+        tensor parallelism."""
+        self.check_on(fleet.instance_type, where=where)
+        for index, pool in enumerate(fleet.fallback_instances):
+            self.on_pool(pool).check_on(pool.instance_type, where=f"{where}.fallback_instances[{index}]")
