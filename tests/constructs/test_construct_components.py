@@ -148,6 +148,43 @@ def test_the_components_alarms_may_notify_its_topic(template):
     assert not policy_judge.allowed(document, publish(f"{NAME}-other-TimeToFirstTokenP90"), place)
 
 
+def test_one_key_encrypts_the_fleet_and_its_components_and_cloudwatch_may_use_it_for_their_alarms(template):
+    ((key_id, key),) = resources(template, "AWS::KMS::Key").items()
+    assert all(g["KmsKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]} for g in _by_type(template, "AWS::Logs::LogGroup"))
+    assert all(t["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]} for t in _by_type(template, "AWS::SNS::Topic"))
+    place = policy_judge.Place(account="333333333333", region="eu-west-1",
+                               physical={f"{key_id}.Arn": "arn:aws:kms:eu-west-1:333333333333:key/k"})
+
+    def use(alarm: str) -> policy_judge.Request:
+        return policy_judge.Request(service="cloudwatch.amazonaws.com", action="kms:GenerateDataKey",
+                                    resource="arn:aws:kms:eu-west-1:333333333333:key/k",
+                                    context={"aws:SourceArn": f"arn:aws:cloudwatch:eu-west-1:333333333333:alarm:{alarm}",
+                                             "aws:SourceAccount": "333333333333"})
+
+    document = key["Properties"]["KeyPolicy"]
+    assert policy_judge.allowed(document, use(f"{NAME}-chat-TimeToFirstTokenP90"), place)
+    assert not policy_judge.allowed(document, use("another-TimeToFirstTokenP90"), place)
+
+
+def test_a_components_promql_alarms_select_its_own_series(template):
+    promql = {a["AlarmName"]: a["EvaluationCriteria"]["PromQLCriteria"]["Query"]
+              for a in _by_type(template, "AWS::CloudWatch::Alarm") if "EvaluationCriteria" in a}
+    assert set(promql) == {f"{NAME}-chat-{n}" for n in ("VllmTimeToFirstTokenP90", "VllmInterTokenLatencyP90",
+                                                        "VllmAcceptanceRate")}
+    selector = f'"aws.sagemaker.endpoint.name"="{NAME}","aws.sagemaker.inference_component.name"="{NAME}-chat"'
+    assert all(query.count(selector) == query.count("{") for query in promql.values()), promql
+
+
+def test_no_promql_alarms_where_the_fleet_publishes_no_detailed_observability(stack, serving, image):
+    from peagle_constructs import DetailedObservability
+
+    quiet = PEagleComponentEndpoint(stack, "Quiet", endpoint_name="quiet", fleet=FleetProps(
+        instance_type="ml.g6e.xlarge", detailed_observability=DetailedObservability(enabled=False)))
+    quiet.add_component("Chat", model=ModelProps(serving=serving), image=image)
+    alarms = _by_type(Template.from_stack(stack), "AWS::CloudWatch::Alarm")
+    assert alarms and not [a for a in alarms if "EvaluationCriteria" in a]
+
+
 def test_two_models_share_the_fleet(stack, fleet, serving, image):
     fleet.add_component("Chat", model=ModelProps(serving=serving), image=image)
     fleet.add_component("Code", model=ModelProps(serving=serving), image=image, compute=ComputeRequirements(memory_mib=8192))

@@ -118,7 +118,7 @@ class PEagleComponentEndpoint(EndpointBase):
     (minimum 0: an idle fleet has no instance at all); ``fleet.instance_count`` is the fleet at creation.
     ``allow_scale_to_zero`` False makes a component with no copy floor an error (an environment that must
     answer its first request at once). One KMS key (rotation on) encrypts the volume (EBS-backed families
-    only) and the endpoint's log group; one role hosts every component (the endpoint config's execution
+    only), the endpoint's log group and each component's log group and alarm topic; one role hosts every component (the endpoint config's execution
     role), each model adding what it needs.
     """
 
@@ -149,7 +149,8 @@ class PEagleComponentEndpoint(EndpointBase):
 
         self.key = limit_grants_to_aws_services(kms.Key(
             self, "Key", enable_key_rotation=True, removal_policy=fleet.removal_policy,
-            description=f"P-EAGLE endpoint {self.endpoint_name}: storage volume and endpoint logs"))
+            description=f"P-EAGLE endpoint {self.endpoint_name}: storage volume, logs and its components' logs "
+                        "and alarm topics"))
         self.role = iam.Role(
             self, "ExecutionRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description="P-EAGLE fleet execution role: each component's weights, image and log group, the fleet's logs",
@@ -234,6 +235,8 @@ class PEagleInferenceComponent(Construct):
             component_name=name, num_speculative_tokens=serving.num_speculative_tokens,
             log_retention=endpoint.fleet.log_retention, removal_policy=endpoint.fleet.removal_policy,
             alarm_thresholds=model.alarm_thresholds, alarm_subscribers=model.alarm_subscribers,
+            # The fleet's one key encrypts the component's logs and alarm topic too.
+            encryption_key=endpoint.key, native_alarms=endpoint.fleet.detailed_observability.enabled,
         )
         self.model = PEagleModel(
             self, "Model", serving=serving, image=image, network_isolation=model.network_isolation,

@@ -99,8 +99,7 @@ class EndpointMonitoring(InvocationMetrics, Construct):
     name>-<what>`` and notifies ``subscribers`` through :class:`AlarmTopic`. SageMaker's metrics are read
     per variant, or per component (dimension ``InferenceComponentName``, utilisation normalised to what
     the component reserved). ``native_alarms`` adds the PromQL alarms on vLLM's metrics (they need detailed
-    observability on; they select by endpoint, so a component gets none: how the collector labels a
-    component's series is not documented).
+    observability on; they select the endpoint's series by its label, a component's by its own too).
     """
 
     def __init__(
@@ -151,7 +150,7 @@ class EndpointMonitoring(InvocationMetrics, Construct):
         self.alarms: dict[str, cloudwatch.IAlarm] = {}
         self._rollback: list[cloudwatch.IAlarm] = []
         self._request_alarms()
-        if native_alarms and component_name is None:
+        if native_alarms:
             self._native_alarms(vllm_metrics)
         self.dashboard = self._dashboard()
 
@@ -224,23 +223,25 @@ class EndpointMonitoring(InvocationMetrics, Construct):
         """PromQL alarms on vLLM's own histograms and counters (detailed observability); notification only."""
         t = self.alarm_thresholds
         window = t.promql_window
+        where = {"endpoint_name": self.endpoint_name, "component_name": self.component_name, "window": window}
         queries = {
             "VllmTimeToFirstTokenP90": (
-                f"{quantile_query(names.time_to_first_token, 0.9, endpoint_name=self.endpoint_name, window=window)}"
-                f" > {t.ttft_p90_ms / 1000.0:g}", "vLLM's time to first token p90 (s) is above the threshold"),
+                f"{quantile_query(names.time_to_first_token, 0.9, **where)} > {t.ttft_p90_ms / 1000.0:g}",
+                "vLLM's time to first token p90 (s) is above the threshold"),
             "VllmInterTokenLatencyP90": (
-                f"{quantile_query(names.inter_token_latency, 0.9, endpoint_name=self.endpoint_name, window=window)}"
-                f" > {t.tpot_p90_ms / 1000.0:g}", "vLLM's inter-token latency p90 (s) is above the threshold"),
+                f"{quantile_query(names.inter_token_latency, 0.9, **where)} > {t.tpot_p90_ms / 1000.0:g}",
+                "vLLM's inter-token latency p90 (s) is above the threshold"),
         }
         if t.acceptance_rate_min is not None:
             queries["VllmAcceptanceRate"] = (
-                f"{acceptance_rate_query(names, endpoint_name=self.endpoint_name, window=window)}"
-                f" < {t.acceptance_rate_min:g}", "vLLM's spec-decode acceptance rate fell below the threshold")
+                f"{acceptance_rate_query(names, **where)} < {t.acceptance_rate_min:g}",
+                "vLLM's spec-decode acceptance rate fell below the threshold")
         for id, (query, what) in queries.items():
             alarm = cloudwatch.PromQLAlarm(
                 self, id, query=query, alarm_name=f"{self.alarm_name_prefix}{id}",
                 evaluation_interval=Duration.minutes(1), pending_period=t.period.plus(t.period),
-                alarm_description=f"{self.endpoint_name}: {what} (PromQL on detailed observability); notification only.",
+                alarm_description=f"{self.alarm_name_prefix.removesuffix('-')}: {what} (PromQL on detailed "
+                                  "observability); notification only.",
             )
             self._notify(id, alarm, rollback=False)
 

@@ -23,6 +23,9 @@ from peagle_constructs.errors import ConfigError
 # MetricsConfig.MetricPublishFrequencyInSeconds (SageMaker API reference).
 PUBLISH_FREQUENCIES_S = (10, 30, 60, 120, 180, 240, 300)
 ENDPOINT_LABEL = "aws.sagemaker.endpoint.name"
+# The collector labels an inference component's series with its name too (SageMaker's OpenTelemetry metrics
+# reference, "OpenTelemetry metric labels").
+COMPONENT_LABEL = "aws.sagemaker.inference_component.name"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,23 +66,27 @@ class VllmMetricNames:
     draft_tokens: str = "vllm:spec_decode_num_draft_tokens"
 
 
-def _selector(metric: str, endpoint_name: str) -> str:
+def _selector(metric: str, endpoint_name: str, component_name: str | None) -> str:
     # Label names with dots are quoted (PromQL's UTF-8 label syntax, as CloudWatch documents for OTel labels).
-    return f'{metric}{{"{ENDPOINT_LABEL}"="{endpoint_name}"}}'
+    labels = {ENDPOINT_LABEL: endpoint_name, **({COMPONENT_LABEL: component_name} if component_name else {})}
+    return metric + "{" + ",".join(f'"{name}"="{value}"' for name, value in labels.items()) + "}"
 
 
 def _window(window: Duration) -> str:
     return f"{int(window.to_seconds())}s"
 
 
-def quantile_query(histogram: str, quantile: float, *, endpoint_name: str, window: Duration) -> str:
-    """The ``quantile`` of a vLLM histogram (seconds) over ``window``, across the endpoint's instances."""
-    buckets = _selector(f"{histogram}_bucket", endpoint_name)
+def quantile_query(histogram: str, quantile: float, *, endpoint_name: str, window: Duration,
+                   component_name: str | None = None) -> str:
+    """The ``quantile`` of a vLLM histogram (seconds) over ``window``, across the endpoint's instances (or the
+    component's copies)."""
+    buckets = _selector(f"{histogram}_bucket", endpoint_name, component_name)
     return f"histogram_quantile({quantile}, sum by (le) (rate({buckets}[{_window(window)}])))"
 
 
-def acceptance_rate_query(names: VllmMetricNames, *, endpoint_name: str, window: Duration) -> str:
+def acceptance_rate_query(names: VllmMetricNames, *, endpoint_name: str, window: Duration,
+                          component_name: str | None = None) -> str:
     """Accepted per drafted token over ``window`` (vLLM counters, ``_total`` in the exposition)."""
-    accepted = _selector(f"{names.accepted_tokens}_total", endpoint_name)
-    drafted = _selector(f"{names.draft_tokens}_total", endpoint_name)
+    accepted = _selector(f"{names.accepted_tokens}_total", endpoint_name, component_name)
+    drafted = _selector(f"{names.draft_tokens}_total", endpoint_name, component_name)
     return f"sum(rate({accepted}[{_window(window)}])) / sum(rate({drafted}[{_window(window)}]))"
