@@ -143,7 +143,7 @@ def smoke_aws(endpoint: str, *, component: str | None = None, region: str | None
 
 def main(argv: list[str] | None = None) -> int:
     from stacks.environments import ENVIRONMENTS
-    from stacks.serving_stack import WHEN_IDLE
+    from stacks.serving_stack import when_idle
 
     parser = argparse.ArgumentParser(prog="python -m harness.smoke", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="dev", help="the environment (dev, staging, prod)")
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"smoke test of {endpoint}{f' / {component}' if component else ''} ({args.target}) through boto3's "
           "sagemaker-runtime client")
     if component and env.hosting.scaling.min_copies == 0:
-        print(f"{env.name} scales to zero when idle: {WHEN_IDLE}")
+        print(f"{env.name} scales to zero when idle: {when_idle(env.hosting.scaling)}")
     report = (smoke_local(endpoint, component=component) if args.target == "local"
               else smoke_aws(endpoint, component=component, region=args.region))
     failed = [name for name, ok, _ in report.checks if not ok]

@@ -21,7 +21,7 @@ from aws_cdk import aws_logs as logs
 
 from peagle_constructs import (
     AlarmSubscriber, AlarmThresholds, AutoscalingOptions, ComputeRequirements, ConfigError, CopyScaling,
-    DeploymentPolicy, FleetProps, InstancePool, InstanceScaling, ModelProps,
+    DeploymentPolicy, FleetProps, InstancePool, InstanceScaling, ModelProps, ScaleIn,
 )
 from peagle_constructs.autoscaling import check_floor_above_zero
 from peagle_constructs.endpoint import check_endpoint_name
@@ -153,7 +153,8 @@ DEV = EnvironmentConfig(
     fleet=FleetProps(instance_type="ml.g6e.xlarge", instance_count=1, log_retention=logs.RetentionDays.ONE_YEAR,
                      removal_policy=RemovalPolicy.DESTROY),
     hosting=ComponentHosting(
-        instance_scaling=InstanceScaling(min_instances=0, max_instances=2),
+        # An instance that holds no copy is released at once: an idle Dev bills no GPU.
+        instance_scaling=InstanceScaling(min_instances=0, max_instances=2, scale_in=ScaleIn.idle_release()),
         scaling=CopyScaling(min_copies=0, max_copies=2),
         deployment=DeploymentPolicy.rolling(copies=1, bake=Duration.minutes(5)),
         allow_scale_to_zero=True,

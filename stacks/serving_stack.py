@@ -8,7 +8,9 @@ from aws_cdk import CfnOutput, DefaultStackSynthesizer, Stack, Tags
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from peagle_constructs import ContainerImage, PEagleComponentEndpoint, PEagleEndpoint, PEagleInferenceComponent
+from peagle_constructs import (
+    ContainerImage, CopyScaling, PEagleComponentEndpoint, PEagleEndpoint, PEagleInferenceComponent,
+)
 
 from stacks.environments import ComponentHosting, EnvironmentConfig
 from stacks.release import IMAGE_TAG_PREFIX, VERSION
@@ -21,10 +23,17 @@ GIT_REVISION_CONTEXT = "gitRevision"
 STACK_ID = "PEagle"
 ENDPOINT_ID = "Serving"
 COMPONENT_ID = "Model"
-# What a user of a scale-to-zero environment meets, printed by `cdk deploy` with the outputs.
-WHEN_IDLE = ("no copy runs while idle: the first request fails at once (ValidationError: Inference Component has "
-             "no capacity to process this request) and wakes the endpoint; retry - a copy serves after about "
-             "10-15 minutes (an instance starts, the model loads)")
+
+
+def when_idle(scaling: CopyScaling) -> str:
+    """What a user of a scale-to-zero environment meets and pays, printed by `cdk deploy` as an output. SageMaker
+    creates a component with one copy, so every deploy bills an instance until the copies' scale-in cooldown."""
+    minutes = int(scaling.scale_in_cooldown.to_seconds() // 60)
+    return (f"the component is created with one copy and scales in to none by itself {minutes} min after its last "
+            "request, and the fleet then releases its instance: an instance is billed from each deploy or wake-up "
+            "until then; while idle, the first request fails at once (ValidationError: Inference Component has no "
+            "capacity to process this request) and wakes the endpoint; retry - a copy serves after about 10-15 "
+            "minutes (an instance starts, the model loads)")
 
 
 class PEagleStack(Stack):
@@ -63,6 +72,7 @@ class PEagleStack(Stack):
             CfnOutput(self, "InferenceComponentName", value=self.component.component_name,
                       description="name it in every request (InferenceComponentName)")
             if hosting.scaling.min_copies == 0:
-                CfnOutput(self, "WhenIdle", value=WHEN_IDLE, description="the first request after a quiet spell")
+                CfnOutput(self, "WhenIdle", value=when_idle(hosting.scaling),
+                          description="what scale-to-zero bills, and the first request after a quiet spell")
         for key, value in config.tags.items():
             Tags.of(self).add(key, value)

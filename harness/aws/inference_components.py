@@ -158,6 +158,10 @@ class InferenceComponentBackend(BaseBackend):
         runtime = _conform_to(runtime_config, "InferenceComponentRuntimeConfig", f"{where}: RuntimeConfig")
         if runtime is None:
             raise ValidationError(message=f"{where}: RuntimeConfig {{CopyCount}} is required")
+        if runtime.get("CopyCount") == 0:
+            # The service's refusal: a component starts with a copy; only its autoscaling takes it to zero.
+            raise ValidationError(message=f"{where}: CopyCount 0 at creation; an inference component is created "
+                                          "with at least one copy and scales in to zero afterwards")
         deployment = _conform_to(deployment_config, "InferenceComponentDeploymentConfig", f"{where}: DeploymentConfig")
 
         endpoint = self._sagemaker.endpoints.get(endpoint_name)

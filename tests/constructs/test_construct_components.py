@@ -8,7 +8,7 @@ from aws_cdk.assertions import Template
 
 from peagle_constructs import (
     AlarmThresholds, ComputeRequirements, ConfigError, CopyScaling, DeploymentPolicy, FleetProps, InstanceScaling,
-    ModelProps, PEagleComponentEndpoint,
+    ModelProps, PEagleComponentEndpoint, ScaleIn,
 )
 from tests import policy_judge
 from tests.constructs.construct_helpers import one, resources
@@ -183,6 +183,32 @@ def test_no_promql_alarms_where_the_fleet_publishes_no_detailed_observability(st
     quiet.add_component("Chat", model=ModelProps(serving=serving), image=image)
     alarms = _by_type(Template.from_stack(stack), "AWS::CloudWatch::Alarm")
     assert alarms and not [a for a in alarms if "EvaluationCriteria" in a]
+
+
+@pytest.mark.parametrize(("scale_in", "rendered"), [
+    (ScaleIn.idle_release(), {"Strategy": "IDLE_RELEASE"}),
+    (ScaleIn.consolidation(cooldown=Duration.minutes(30), max_step=2),
+     {"Strategy": "CONSOLIDATION", "CooldownInMinutes": 30, "MaximumStepSize": 2}),
+])
+def test_the_fleet_says_how_it_gives_instances_back(stack, scale_in, rendered):
+    PEagleComponentEndpoint(stack, "Fleet", endpoint_name=NAME, fleet=FleetProps(instance_type="ml.g6e.xlarge"),
+                            instance_scaling=InstanceScaling(min_instances=0, scale_in=scale_in))
+    (config,) = _by_type(Template.from_stack(stack), "AWS::SageMaker::EndpointConfig")
+    assert config["ProductionVariants"][0]["ManagedInstanceScaling"]["ScaleInPolicy"] == rendered
+
+
+@pytest.mark.parametrize(("scale_in", "field", "allowed"), [
+    (ScaleIn(strategy="IDLE_RELEASE", cooldown=Duration.minutes(10)), "instance_scaling.scale_in", "consolidation's"),
+    (ScaleIn.consolidation(cooldown=Duration.minutes(1)), "instance_scaling.scale_in.cooldown", "300..86400 s"),
+    (ScaleIn.consolidation(max_step=0), "instance_scaling.scale_in.max_step", "1..100"),
+    (ScaleIn(strategy="RELEASE_ALL"), "instance_scaling.scale_in.strategy", "IDLE_RELEASE"),
+    ("IDLE_RELEASE", "instance_scaling.scale_in", "ScaleIn.idle_release()"),
+])
+def test_a_bad_scale_in_policy_fails_at_synth(stack, scale_in, field, allowed):
+    with pytest.raises(ConfigError) as caught:
+        PEagleComponentEndpoint(stack, "Fleet", endpoint_name=NAME, fleet=FleetProps(instance_type="ml.g6e.xlarge"),
+                                instance_scaling=InstanceScaling(scale_in=scale_in))
+    assert caught.value.field_name == field and allowed in str(caught.value), str(caught.value)
 
 
 def test_two_models_share_the_fleet(stack, fleet, serving, image):

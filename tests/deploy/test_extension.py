@@ -295,6 +295,8 @@ def test_the_inference_component_api_refuses_what_the_service_refuses() -> None:
 
         with pytest.raises(ClientError, match="no variant 'Blue'"):
             create(VariantName="Blue")
+        with pytest.raises(ClientError, match="CopyCount 0 at creation"):
+            create(RuntimeConfig={"CopyCount": 0})
         with pytest.raises(ClientError, match="serves model 'm'"):
             create(EndpointName="single")
         with pytest.raises(ClientError, match="could not find model 'gone'"):

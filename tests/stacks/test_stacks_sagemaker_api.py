@@ -41,6 +41,9 @@ def _environment(template: dict) -> dict:
     (lambda t: _environment(t).update(SM_VLLM_CHAT_TEMPLATE="x" * 1025), "1025 characters; allowed 0..1024"),
     (lambda t: _variant(t).update(RoutingConfig={"RoutingStrategy": "ROUND_ROBIN"}), "RoutingStrategy"),
     (lambda t: _variant(t).pop("VariantName"), "VariantName: required"),
+    (lambda t: _variant(t)["ManagedInstanceScaling"]["ScaleInPolicy"].update(Strategy="RELEASE_ALL"),
+     "'RELEASE_ALL' is not in"),
+    (lambda t: _variant(t)["ManagedInstanceScaling"]["ScaleInPolicy"].update(CooldownInMinutes=2), "2 is outside 5..1440"),
     # The inference component (Dev), read as its Create and Update requests.
     (lambda t: _component(t)["Specification"]["StartupParameters"].update(ModelDataDownloadTimeoutInSeconds=7200),
      "7200 is outside 60..3600"),

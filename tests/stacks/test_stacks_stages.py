@@ -193,3 +193,16 @@ def test_a_pinned_weights_manifest_reaches_the_model_and_replaces_it(tmp_path):
 
     assert model_env("ab" * 32)[MANIFEST_DIGEST_VAR] == "ab" * 32
     assert MANIFEST_DIGEST_VAR not in model_env(None)
+
+
+def test_dev_says_what_scale_to_zero_bills_and_releases_idle_instances(templates):
+    outputs = templates["Dev"]["Outputs"]
+    when_idle = outputs["WhenIdle"]["Value"]
+    assert "created with one copy" in when_idle and "15 min after its last request" in when_idle
+    assert "billed" in when_idle and "10-15 minutes" in when_idle
+    _, config = only(templates["Dev"], "AWS::SageMaker::EndpointConfig")
+    scaling = config["Properties"]["ProductionVariants"][0]["ManagedInstanceScaling"]
+    assert scaling["MinInstanceCount"] == 0 and scaling["ScaleInPolicy"] == {"Strategy": "IDLE_RELEASE"}
+    _, component = only(templates["Dev"], "AWS::SageMaker::InferenceComponent")
+    assert component["Properties"]["RuntimeConfig"]["CopyCount"] == 1
+    assert all("WhenIdle" not in templates[name].get("Outputs", {}) for name in ("Staging", "Prod"))

@@ -12,7 +12,7 @@ from peagle_constructs.components import (
 )
 from peagle_constructs.deployment import DeploymentPolicy
 from peagle_constructs.endpoint import PEagleInferenceEndpoint
-from peagle_constructs.endpoint_config import InstanceScaling, PEagleEndpointConfig
+from peagle_constructs.endpoint_config import InstanceScaling, PEagleEndpointConfig, ScaleIn
 from peagle_constructs.endpoint_reference import EndpointBase
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.image import ContainerImage
@@ -31,6 +31,6 @@ __all__ = [
     "DeploymentPolicy", "DetailedObservability", "EndpointAutoscaling", "EndpointBase", "EndpointMonitoring",
     "FleetProps", "GPU_FAMILIES", "InstancePool", "InstanceScaling", "InstanceType", "ModelProps", "NAG_PACKS",
     "PEagleComponentEndpoint", "PEagleEndpoint", "PEagleEndpointConfig", "PEagleInferenceComponent",
-    "PEagleInferenceEndpoint", "PEagleModel", "ScalingMetric", "ServingConfig", "ServingConfigError",
+    "PEagleInferenceEndpoint", "PEagleModel", "ScaleIn", "ScalingMetric", "ServingConfig", "ServingConfigError",
     "VllmMetricNames",
 ]

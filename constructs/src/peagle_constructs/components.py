@@ -346,8 +346,9 @@ def _check_copies(endpoint: PEagleComponentEndpoint, compute: ComputeRequirement
                           "allowed: a reservation that fits one instance")
     capacity = per_instance * most_instances
     held = f"{per_instance} per {instance.name} x at most {most_instances} instances"
-    low = 0 if scaling is not None and scaling.min_copies == 0 else 1
-    check_int(copy_count, "copy_count", low, capacity, allowed=f"{low}..{capacity} ({held})")
+    # SageMaker creates a component with at least one copy; its autoscaling may take it to zero afterwards.
+    check_int(copy_count, "copy_count", 1, capacity, allowed=f"1..{capacity} ({held}); a component starts with "
+              "a copy and scales in to zero by itself")
     if scaling is None:
         return None
     check_type(scaling, "scaling", CopyScaling, "a CopyScaling, or None for a fixed count")

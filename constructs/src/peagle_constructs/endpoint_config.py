@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sagemaker as sagemaker
@@ -16,19 +17,57 @@ from peagle_constructs.instance_types import InstanceType
 from peagle_constructs.model import PEagleModel
 from peagle_constructs.props import FleetProps
 from peagle_constructs.sagemaker_names import DEFAULT_VARIANT_NAME
-from peagle_constructs.validation import check_choice, check_int, check_order, check_type
+from peagle_constructs.validation import check_choice, check_duration, check_int, check_order, check_type
 
 ROUTING_STRATEGIES = ("LEAST_OUTSTANDING_REQUESTS", "RANDOM")
+SCALE_IN_STRATEGIES = ("IDLE_RELEASE", "CONSOLIDATION")  # ManagedInstanceScalingScaleInPolicy.Strategy
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleIn:
+    """How a fleet of inference components gives instances back (ManagedInstanceScaling.ScaleInPolicy).
+
+    :meth:`idle_release`: an instance that holds no copy is released. :meth:`consolidation`: copies are moved
+    onto fewer instances so that more are released, ``max_step`` instances at a time, no sooner than
+    ``cooldown`` after the endpoint's last operation (SageMaker's default: 20 minutes).
+    """
+
+    strategy: str
+    cooldown: Duration | None = None
+    max_step: int | None = None
+
+    @classmethod
+    def idle_release(cls) -> "ScaleIn":
+        return cls(strategy="IDLE_RELEASE")
+
+    @classmethod
+    def consolidation(cls, *, cooldown: Duration | None = None, max_step: int | None = None) -> "ScaleIn":
+        return cls(strategy="CONSOLIDATION", cooldown=cooldown, max_step=max_step)
+
+    def render(self) -> sagemaker.CfnEndpointConfig.ScaleInPolicyProperty:
+        check_choice(self.strategy, "instance_scaling.scale_in.strategy", SCALE_IN_STRATEGIES)
+        if self.strategy == "IDLE_RELEASE" and (self.cooldown is not None or self.max_step is not None):
+            raise ConfigError("instance_scaling.scale_in", "cooldown and max_step are consolidation's; allowed: "
+                              "ScaleIn.idle_release() alone")
+        minutes = None
+        if self.cooldown is not None:
+            minutes = check_duration(self.cooldown, "instance_scaling.scale_in.cooldown", 5 * 60, 1440 * 60) // 60
+        if self.max_step is not None:
+            check_int(self.max_step, "instance_scaling.scale_in.max_step", 1, 100)
+        return sagemaker.CfnEndpointConfig.ScaleInPolicyProperty(
+            strategy=self.strategy, cooldown_in_minutes=minutes, maximum_step_size=self.max_step)
 
 
 @dataclass(frozen=True, kw_only=True)
 class InstanceScaling:
     """SageMaker's managed instance scaling of a fleet that hosts inference components: the fleet grows when a
     component's copies need room and shrinks when instances hold none. ``min_instances`` 0 lets an idle fleet
-    go to no instances at all (then it costs nothing, and the first request waits for an instance to start)."""
+    go to no instances at all (then it costs nothing, and the first request waits for an instance to start).
+    ``scale_in``: how it gives instances back (None: SageMaker's default, which the API does not name)."""
 
     min_instances: int = 1
     max_instances: int = 2
+    scale_in: ScaleIn | None = None
 
     def validate(self, *, initial_instances: int) -> None:
         check_int(self.min_instances, "instance_scaling.min_instances", 0, 100)
@@ -38,10 +77,15 @@ class InstanceScaling:
         if not max(1, self.min_instances) <= initial_instances <= self.max_instances:
             raise ConfigError("instance_count", f"got {initial_instances}; allowed: "
                               f"{max(1, self.min_instances)}..{self.max_instances} (instance_scaling's bounds, at least 1)")
+        if self.scale_in is not None:
+            check_type(self.scale_in, "instance_scaling.scale_in", ScaleIn,
+                       "ScaleIn.idle_release() or ScaleIn.consolidation(...)")
+            self.scale_in.render()
 
     def render(self) -> sagemaker.CfnEndpointConfig.ManagedInstanceScalingProperty:
         return sagemaker.CfnEndpointConfig.ManagedInstanceScalingProperty(
-            status="ENABLED", min_instance_count=self.min_instances, max_instance_count=self.max_instances)
+            status="ENABLED", min_instance_count=self.min_instances, max_instance_count=self.max_instances,
+            scale_in_policy=self.scale_in.render() if self.scale_in is not None else None)
 
 
 class PEagleEndpointConfig(Construct):
