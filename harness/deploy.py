@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import cdk
-from harness.aws import inventory, server
+from harness.aws import inventory, live_config, server
 
 TARGETS = ("local", "aws")
 STATE_DIR = cdk.REPO_ROOT / ".cache" / "local_aws"
@@ -66,10 +66,12 @@ def _done(started: float, what: str = "done") -> None:
 class DeployResult:
     stage: str
     rows: dict[str, list[inventory.Row]]  # stack display name -> rows
+    # Endpoints and components that do not serve what the stack deployed (harness.aws.live_config).
+    not_served: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(row.ok for rows in self.rows.values() for row in rows)
+        return all(row.ok for rows in self.rows.values() for row in rows) and not self.not_served
 
 
 def _assembly_dir(env: str, target: str) -> Path:
@@ -184,8 +186,13 @@ def _deploy_into(env: str, *, target: str, stacks: list[cdk.StackArtifact], asse
         rows[stack.display_name] = inventory.check(session, stack.template(), resources)
     inventory.save(_resources_file(env, target), recorded)
     _done(started)
-    result = DeployResult(stage=stage, rows=rows)
+    started = _step("checking that each endpoint serves what the stack deployed (live configuration vs the stack's)")
+    not_served = [line for stack in stacks for line in live_config.mismatches(session, stack.stack_name)]
+    _done(started)
+    result = DeployResult(stage=stage, rows=rows, not_served=not_served)
     print(inventory.render(list(rows.items())))
+    for line in not_served:
+        print(f"NOT SERVED: {line}")
     print(f"{'OK' if result.ok else 'MISMATCH'}: {stage} deployed to {'the embedded AWS' if target == 'local' else 'AWS'}")
     return result
 

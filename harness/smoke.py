@@ -5,7 +5,8 @@
 
 Checks, in order: a whole answer (InvokeEndpoint), a streamed answer (InvokeEndpointWithResponseStream:
 text arrives; TTFT and tokens/s printed), a wrongly typed request refused as SageMaker's ModelError with the
-container's 400 - and the endpoint answers again after it. Then, for aws: the request lines reached the
+container's 400 - and the endpoint answers again after it. For aws, first: the endpoint serves what its stack
+deployed (harness.aws.live_config: a rolled-back update looks InService too); then the request lines reached the
 endpoint's log group (what the metric filters read) and none of the endpoint's alarms is in ALARM; for
 local: the runtime printed a request line for each answer.
 
@@ -113,13 +114,20 @@ def smoke_local(endpoint: str, *, component: str | None = None, base: str | None
 
 
 def smoke_aws(endpoint: str, *, component: str | None = None, region: str | None = None,
-              log_wait_s: float = 180.0) -> Report:
+              log_wait_s: float = 180.0, stack_name: str | None = None) -> Report:
+    """``stack_name``: the stack that deployed the endpoint; its live configuration is checked against it."""
     import boto3
 
+    from harness.aws import live_config
     from peagle_constructs.sagemaker_names import COMPONENT_LOG_GROUP_PREFIX, ENDPOINT_LOG_GROUP_PREFIX
     from peagle_contract.request_log import EVENT_FIELD, EVENT_NAME
 
     report = Report()
+    if stack_name is not None:
+        # An update SageMaker rolled back leaves the endpoint InService on its old configuration.
+        not_served = live_config.mismatches(boto3.Session(region_name=region), stack_name)
+        report.check("the endpoint serves what the stack deployed", not not_served,
+                     "; ".join(not_served) or f"the endpoint config and components of {stack_name}")
     started_ms = int(time.time() * 1000)
     endpoint_checks(runtime_client(region=region), endpoint, report, component=component)
     logs = boto3.client("logs", region_name=region)
@@ -143,7 +151,7 @@ def smoke_aws(endpoint: str, *, component: str | None = None, region: str | None
 
 def main(argv: list[str] | None = None) -> int:
     from stacks.environments import ENVIRONMENTS
-    from stacks.serving_stack import when_idle
+    from stacks.serving_stack import STACK_ID, when_idle
 
     parser = argparse.ArgumentParser(prog="python -m harness.smoke", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="dev", help="the environment (dev, staging, prod)")
@@ -160,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     if component and env.hosting.scaling.min_copies == 0:
         print(f"{env.name} scales to zero when idle: {when_idle(env.hosting.scaling)}")
     report = (smoke_local(endpoint, component=component) if args.target == "local"
-              else smoke_aws(endpoint, component=component, region=args.region))
+              else smoke_aws(endpoint, component=component, region=args.region,
+                             stack_name=f"{env.name}-{STACK_ID}"))
     failed = [name for name, ok, _ in report.checks if not ok]
     print("smoke test passed" if not failed else f"smoke test FAILED: {', '.join(failed)}")
     return 0 if report.ok else 1
