@@ -118,8 +118,8 @@ class PEagleComponentEndpoint(EndpointBase):
     (minimum 0: an idle fleet has no instance at all); ``fleet.instance_count`` is the fleet at creation.
     ``allow_scale_to_zero`` False makes a component with no copy floor an error (an environment that must
     answer its first request at once). One KMS key (rotation on) encrypts the volume (EBS-backed families
-    only), the endpoint's log group and each component's log group and alarm topic; one role hosts every component (the endpoint config's execution
-    role), each model adding what it needs.
+    only), the endpoint's log group and each component's log group and alarm topic; one role hosts every
+    component (the endpoint config's execution role), each model adding what it needs.
     """
 
     def __init__(

@@ -91,8 +91,9 @@ class PEagleEndpoint(EndpointBase):
             self, "Monitoring",
             endpoint_name=self.endpoint_name, variant_name=self.variant_name,
             num_speculative_tokens=model.serving.num_speculative_tokens, encryption_key=self.key,
-            log_retention=fleet.log_retention, removal_policy=fleet.removal_policy, alarm_thresholds=model.alarm_thresholds,
-            alarm_subscribers=model.alarm_subscribers, native_alarms=fleet.detailed_observability.enabled,
+            log_retention=fleet.log_retention, removal_policy=fleet.removal_policy,
+            alarm_thresholds=model.alarm_thresholds, alarm_subscribers=model.alarm_subscribers,
+            native_alarms=fleet.detailed_observability.enabled,
         )
         self.model = PEagleModel(
             self, "Model", serving=model.serving, image=image, network_isolation=model.network_isolation,

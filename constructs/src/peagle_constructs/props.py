@@ -131,7 +131,8 @@ class FleetProps:
             if not pools:
                 raise ConfigError("provision_timeout", "only with fallback_instances (it bounds the time SageMaker "
                                   "tries the ladder); allowed: None")
-            check_duration(self.provision_timeout, "provision_timeout", PROVISION_TIMEOUT_MIN_S, PROVISION_TIMEOUT_MAX_S)
+            check_duration(self.provision_timeout, "provision_timeout", PROVISION_TIMEOUT_MIN_S,
+                           PROVISION_TIMEOUT_MAX_S)
 
     def startup_seconds(self) -> tuple[int, int]:
         """The container startup and model download timeouts in whole seconds (SageMaker's 60..3600 s)."""
