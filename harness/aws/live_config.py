@@ -41,8 +41,10 @@ def _template(cfn: Any, stack_name: str) -> dict:
 def mismatches(session: Any, stack_name: str) -> list[str]:
     """One line per endpoint or component that does not serve what the stack deployed, naming both."""
     cfn, sm = session.client("cloudformation"), session.client("sagemaker")
+    # moto's server lists some resources of the extension's types without a logical id: those are not ours.
     physical = {r["LogicalResourceId"]: r.get("PhysicalResourceId") or ""
-                for r in cfn.describe_stack_resources(StackName=stack_name)["StackResources"]}
+                for r in cfn.describe_stack_resources(StackName=stack_name)["StackResources"]
+                if r.get("LogicalResourceId")}
     problems: list[str] = []
     for logical_id, body in (_template(cfn, stack_name).get("Resources") or {}).items():
         props = body.get("Properties") or {}
