@@ -99,7 +99,7 @@ loadtest: setup
 # The GitHub workflows as committed, on act, from a fresh clone and fresh venvs per job (harness/rehearsal):
 # pull-request stack diffs, a promotion through Dev, Staging and Prod, and a negative control.
 # Every scenario of harness/rehearsal/scenarios.py; exit status 1 when any check failed (CI runs it after
-# `make test`: its jobs build their own fresh venvs, so it is a run of its own, about 9 minutes).
+# `make test`: its jobs build their own fresh venvs, so it is a run of its own, 9-12 minutes here).
 rehearse: setup
 	$(PY) -m harness.rehearsal $(if $(ONLY),--only $(ONLY))
 
