@@ -213,6 +213,29 @@ def _head_root(recipe: PairRecipe, head: HeadRecipe, target: Path, feature_dir: 
 HEAD_REPORT = "head.json"  # in each head's folder: what the head is and its acceptance estimate
 
 
+@dataclass(frozen=True)
+class _Gate:
+    """What vLLM answers to judge a head: the recipe's first held-out prompts, on the target."""
+
+    target: Path
+    prompts: list
+    max_tokens: int
+
+
+def _gate(recipe: PairRecipe, target: Path, sample_dir: Path, held) -> _Gate:  # noqa: ANN001 - held: sample indexes
+    rows = distill.read_samples(sample_dir / distill.SAMPLES)  # features keep the samples' order
+    return _Gate(target=target, prompts=[rows[int(i)]["prompt_ids"] for i in held[:recipe.gate_prompts]],
+                 max_tokens=recipe.gate_max_tokens)
+
+
+def _held_out_gate(recipe: PairRecipe, target: Path, sample_dir: Path, feature_dir: Path) -> _Gate:
+    """The same gate without building a training set (no target weights loaded, no windows built)."""
+    from models.trainer.feature_batches import split_samples
+
+    _, held = split_samples(distill.Features.load(feature_dir), held_out=recipe.held_out_samples, seed=recipe.data.seed)
+    return _gate(recipe, target, sample_dir, held)
+
+
 class _TrainingSet:
     """What every head of a recipe trains on: the target, the draft vocabulary, training and held-out
     windows. Built once, on the first head that is not cached."""
@@ -244,9 +267,7 @@ class _TrainingSet:
         # Held out: each answer whole, one batch each (the estimate drafts from every answer row).
         self.held_batches = FeatureWindows(features, held, window=recipe.window, context=recipe.context,
                                            vocab=self.vocab, vocab_size=self.vocab_size, soft=soft).each(len(held))
-        rows = distill.read_samples(sample_dir / distill.SAMPLES)  # features keep the samples' order
-        self.gate_prompts = [rows[int(i)]["prompt_ids"] for i in held[:recipe.gate_prompts]]
-        self.gate_max_tokens = recipe.gate_max_tokens
+        self.gate = _gate(recipe, target, sample_dir, held)
         self.summary = {"training_answers": int(len(train)), "held_out_answers": int(len(held)),
                         "draft_vocab": self.vocab.size, "draft_vocab_coverage": round(self.vocab.coverage, 4),
                         "humaneval_held_out": self.held_out}
@@ -281,15 +302,15 @@ def _train_head(data: _TrainingSet, head_recipe: HeadRecipe, folder: Path, *, lo
     log(f"{head_recipe.name}: {estimate}")
     layout.write_drafter(folder, config=config, weights=head_weights(head, d2t=data.vocab.d2t()))
     measured = serving_check.measure(data.target, [{"name": head_recipe.name, "speculative_config": drafter_config(
-        folder, training.depth, parallel=head_recipe.parallel)}], data.gate_prompts,
-        max_tokens=data.gate_max_tokens, log=log)[0]
+        folder, training.depth, parallel=head_recipe.parallel)}], data.gate.prompts,
+        max_tokens=data.gate.max_tokens, log=log)[0]
     report = {"head": asdict(head_recipe), "layers": head_recipe.layers, "parallel": head_recipe.parallel,
               "trained_k": training.depth,
               "trainable_parameters": sum(p.numel() for p in head.parameters() if p.requires_grad),
               "train_seconds": train_seconds,
               "window_estimate": estimate,
-              "vllm_held_out": {"k": training.depth, "prompts": len(data.gate_prompts),
-                                "max_tokens": data.gate_max_tokens,
+              "vllm_held_out": {"k": training.depth, "prompts": len(data.gate.prompts),
+                                "max_tokens": data.gate.max_tokens,
                                 **{k: measured[k] for k in ("acceptance_length", "accepted_per_position",
                                                             "tokens_per_s")}},
               **data.summary}
@@ -299,24 +320,24 @@ def _train_head(data: _TrainingSet, head_recipe: HeadRecipe, folder: Path, *, lo
 SERVE_K = "serve_k.json"
 
 
-def _serving_k(data: "_TrainingSet", folder: Path, trained_k: int, *, log) -> dict:
+def _serving_k(gate: _Gate, folder: Path, trained_k: int, *, log) -> dict:
     """The K at which the serving head is fastest on this machine: plain decoding and the head at each K up to
     the one it was trained for, one after another on the held-out prompts (one request at a time). Cached by
     the head and the prompts, so recipes that share a head share the measurement."""
     head_dir = folder.resolve()
-    root = cache.CACHE_DIR / cache.recipe_key("serve-k", {"head": head_dir.name, "prompts": data.gate_prompts,
-                                                          "max_tokens": data.gate_max_tokens}, [])
+    root = cache.CACHE_DIR / cache.recipe_key("serve-k", {"head": head_dir.name, "prompts": gate.prompts,
+                                                          "max_tokens": gate.max_tokens}, [])
     if not (root / SERVE_K).is_file():
         cache.publish(root, lambda out: (out / SERVE_K).write_text(json.dumps(
-            _measure_serving_k(data, head_dir, trained_k, log=log), indent=2) + "\n"), prefix=f"{root.name}-build-")
+            _measure_serving_k(gate, head_dir, trained_k, log=log), indent=2) + "\n"), prefix=f"{root.name}-build-")
     return json.loads((root / SERVE_K).read_text())
 
 
-def _measure_serving_k(data: "_TrainingSet", folder: Path, trained_k: int, *, log) -> dict:
+def _measure_serving_k(gate: _Gate, folder: Path, trained_k: int, *, log) -> dict:
     configs = [{"name": "plain", "speculative_config": None},
                *({"name": f"k{k}", "speculative_config": drafter_config(folder, k, parallel=True)}
                  for k in range(1, trained_k + 1))]
-    results = serving_check.measure(data.target, configs, data.gate_prompts, max_tokens=data.gate_max_tokens,
+    results = serving_check.measure(gate.target, configs, gate.prompts, max_tokens=gate.max_tokens,
                                     log=log)
     plain, runs = results[0], results[1:]
     for r in runs:
@@ -326,7 +347,7 @@ def _measure_serving_k(data: "_TrainingSet", folder: Path, trained_k: int, *, lo
     return {"k": int(best["name"][1:]), "plain_tokens_per_s": plain["tokens_per_s"],
             "tokens_per_s": {r["name"]: r["tokens_per_s"] for r in runs},
             "acceptance_length": {r["name"]: r["acceptance_length"] for r in runs},
-            "prompts": len(data.gate_prompts), "max_tokens": data.gate_max_tokens,
+            "prompts": len(gate.prompts), "max_tokens": gate.max_tokens,
             "how": "plain decoding and the serving head at each K up to its trained K, in that order, each in "
                    "its own vLLM engine on the held-out prompts, one request at a time; the fastest K"}
 
@@ -358,9 +379,9 @@ def _assemble_pair(recipe: PairRecipe, target: Path, sample_dir: Path, feature_d
         folders[head_recipe.name] = root / head_recipe.name
     (root / "target").symlink_to(target)
     if recipe.measure_serve_k:
-        data = data or _TrainingSet(recipe, target, sample_dir, feature_dir, log=log)
+        gate = data.gate if data is not None else _held_out_gate(recipe, target, sample_dir, feature_dir)
         serve = next(h for h in recipe.heads if h.name == recipe.serve)
-        report["serve_k"] = _serving_k(data, folders[recipe.serve], serve.training.depth, log=log)
+        report["serve_k"] = _serving_k(gate, folders[recipe.serve], serve.training.depth, log=log)
         log(f"serving K on this machine: {report['serve_k']['k']} ({report['serve_k']['tokens_per_s']} tok/s; "
             f"plain {report['serve_k']['plain_tokens_per_s']})")
     report["mask_token_id"] = smollm2.mask_token_id(target)
