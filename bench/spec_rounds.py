@@ -51,17 +51,17 @@ def worker_main(argv: list[str]) -> int:
     started = time.perf_counter()
     llm = LLM(**kwargs)
     params = SamplingParams(temperature=0.0, max_tokens=config["max_tokens"], ignore_eos=False)
-    llm.generate([spec_runs._as_prompt(config["warmup_prompt"])], params, use_tqdm=False)
-    llm.collective_rpc(spec_runs._install_counters)
+    llm.generate([spec_runs.as_prompt(config["warmup_prompt"])], params, use_tqdm=False)
+    llm.collective_rpc(spec_runs.install_counters)
     answers.write(json.dumps({"ready": True, "engine_start_s": round(time.perf_counter() - started, 1)}) + "\n")
     for line in sys.stdin:
         command = json.loads(line)
         if command.get("quit"):
             break
-        prompts = [spec_runs._as_prompt(p) for p in command["prompts"]]
+        prompts = [spec_runs.as_prompt(p) for p in command["prompts"]]
         concurrency = int(command["concurrency"])
         before, passes_before = spec_metrics.from_engine(llm.get_metrics()), llm.collective_rpc(
-            spec_runs._read_counters)[0]
+            spec_runs.read_counters)[0]
         wall = cpu = 0.0
         outputs = []
         for lo in range(0, len(prompts), concurrency):
@@ -71,7 +71,7 @@ def worker_main(argv: list[str]) -> int:
             cpu += time.process_time() - c0
             outputs += [list(r.outputs[0].token_ids) for r in results]
         spec = spec_metrics.from_engine(llm.get_metrics()) - before
-        passes = {k: v - passes_before[k] for k, v in llm.collective_rpc(spec_runs._read_counters)[0].items()}
+        passes = {k: v - passes_before[k] for k, v in llm.collective_rpc(spec_runs.read_counters)[0].items()}
         answers.write(json.dumps({"token_ids": outputs, "wall_s": wall, "cpu_s": cpu, "drafts": spec.drafts,
                                   "draft_tokens": spec.draft_tokens, "accepted": spec.accepted,
                                   "accepted_per_position": list(spec.accepted_per_position),

@@ -45,7 +45,7 @@ BENCH_ENV = {
 # child: one engine, one configuration
 # ---------------------------------------------------------------------------------------------------
 
-def _install_counters(worker) -> bool:
+def install_counters(worker) -> bool:
     """Runs inside the worker: count forward calls of the target and drafter models, and time them."""
     import time as _time
 
@@ -69,11 +69,11 @@ def _install_counters(worker) -> bool:
     return True
 
 
-def _read_counters(worker) -> dict:
+def read_counters(worker) -> dict:
     return dict(worker._bench_counts)
 
 
-def _as_prompt(prompt):
+def as_prompt(prompt):
     """A text prompt, or token ids (a chat template already applied) as vLLM's token prompt."""
     return {"prompt_token_ids": prompt} if isinstance(prompt, list) else prompt
 
@@ -112,10 +112,10 @@ def run_child(config: dict) -> dict:
     start_s = time.perf_counter() - started
     params = SamplingParams(temperature=0.0, max_tokens=config["max_tokens"],
                             ignore_eos=bool(config.get("ignore_eos", True)))
-    llm.generate([_as_prompt(config["warmup_prompt"])], params, use_tqdm=False)
-    llm.collective_rpc(_install_counters)
+    llm.generate([as_prompt(config["warmup_prompt"])], params, use_tqdm=False)
+    llm.collective_rpc(install_counters)
     before = spec_metrics.from_engine(llm.get_metrics())
-    prompts = [_as_prompt(p) for p in config["prompts"]]
+    prompts = [as_prompt(p) for p in config["prompts"]]
     groups = [prompts[i:i + concurrency] for i in range(0, len(prompts), concurrency)]
     outputs: list[list[int]] = []
     texts: list[str] = []
@@ -138,7 +138,7 @@ def run_child(config: dict) -> dict:
         if round_no == 0:
             outputs = round_outputs
             after = spec_metrics.from_engine(llm.get_metrics())
-            passes = llm.collective_rpc(_read_counters)[0]
+            passes = llm.collective_rpc(read_counters)[0]
             first_round_s = elapsed
         elif round_outputs != outputs:
             raise RuntimeError(f"{config['name']}: greedy output changed between rounds")

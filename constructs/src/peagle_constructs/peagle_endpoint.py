@@ -103,9 +103,9 @@ class PEagleEndpoint(EndpointBase):
         self.pool_models = {
             index: PEagleModel(
                 self, f"Model{pool.instance_type.replace('.', ' ').title().replace(' ', '')}",
-                serving=model.on_pool(pool).serving, image=image, network_isolation=model.network_isolation,
+                serving=served.serving, image=image, network_isolation=model.network_isolation,
                 log_group=self.monitoring.log_group, weights_key=weights_key, environment=model.environment)
-            for index, pool in enumerate(fleet.fallback_instances) if model.on_pool(pool) is not model
+            for index, pool in enumerate(fleet.fallback_instances) if (served := model.on_pool(pool)) is not model
         }
         self.endpoint_config = PEagleEndpointConfig.for_model(
             self, "EndpointConfig", model=self.model, fleet=fleet, variant_name=self.variant_name,
