@@ -10,7 +10,9 @@ there is no Docker engine to build the runtime image. ``destroy`` deletes the st
 the deploy recorded is left, and stops the emulator by its pid.
 
 ``--target aws`` runs the same Stage against the account of your current AWS credentials: no emulator,
-no imageUri (cdk builds and pushes runtime/'s DockerImageAsset), same check afterwards. The account
+no imageUri (cdk builds and pushes runtime/'s DockerImageAsset), same check afterwards, then one short request:
+what the container says it runs (K, drafter, vLLM release) against the deployed model's environment (on the
+embedded AWS no container answers: `make smoke` and the promotion's smoke tests read it there). The account
 must have been bootstrapped once (``npx cdk bootstrap aws://ACCOUNT/REGION``).
 """
 
@@ -189,12 +191,28 @@ def _deploy_into(env: str, *, target: str, stacks: list[cdk.StackArtifact], asse
     started = _step("checking that each endpoint serves what the stack deployed (live configuration vs the stack's)")
     not_served = [line for stack in stacks for line in live_config.mismatches(session, stack.stack_name)]
     _done(started)
+    if target == "aws" and not not_served:
+        not_served += _container_check(env, region)
     result = DeployResult(stage=stage, rows=rows, not_served=not_served)
     print(inventory.render(list(rows.items())))
     for line in not_served:
         print(f"NOT SERVED: {line}")
     print(f"{'OK' if result.ok else 'MISMATCH'}: {stage} deployed to {'the embedded AWS' if target == 'local' else 'AWS'}")
     return result
+
+
+def _container_check(env: str, region: str | None) -> list[str]:
+    import boto3
+
+    from harness.sagemaker_client import runtime_client
+    from stacks.environments import ENVIRONMENTS
+
+    config = next(c for c in ENVIRONMENTS if c.name.lower() == env.lower())
+    started = _step(f"asking {config.endpoint_name}'s container what it runs (one request; K, drafter, vLLM release)")
+    _, problems = live_config.container_mismatches(boto3.Session(region_name=region), runtime_client(region=region),
+                                                      config.endpoint_name, config.component_name)
+    _done(started, "the deployed serving config" if not problems else "MISMATCH")
+    return [f"{config.endpoint_name}'s container: {line}" for line in problems]
 
 
 def destroy(env: str, *, target: str = "local",

@@ -10,6 +10,8 @@ It speaks the two operations' wire format as botocore's service model describes 
   content type in ``X-Amzn-SageMaker-Content-Type``;
 - a container answer outside 2xx becomes SageMaker's ``ModelError`` (HTTP 424, ``OriginalStatusCode``,
   ``OriginalMessage``); an unknown endpoint name a ``ValidationError`` (400), as SageMaker answers them;
+- the container's ``X-Amzn-SageMaker-Custom-Attributes`` passed back verbatim on both operations (boto3's
+  ``CustomAttributes``), as SageMaker does; nothing else of the container's headers;
 - several endpoints may share the one backend (``endpoints``: name -> its inference component or None);
 - for an endpoint of inference components, a request must name that component in
   ``X-Amzn-SageMaker-Inference-Component`` (botocore's header for ``InferenceComponentName``); without it,
@@ -29,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Mapping
 
 import httpx
+from peagle_contract.served_config import HEADER as CUSTOM_ATTRIBUTES
 
 from harness.ports import free_port
 
@@ -126,6 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", r.headers.get("content-type", "application/json"))
         self.send_header("x-Amzn-Invoked-Production-Variant", VARIANT)
+        self._custom_attributes(r)
         self.send_header("Content-Length", str(len(r.content)))
         self.end_headers()
         self.wfile.write(r.content)
@@ -141,6 +145,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/vnd.amazon.eventstream")
             self.send_header("X-Amzn-SageMaker-Content-Type", r.headers.get("content-type", "text/event-stream"))
             self.send_header("x-Amzn-Invoked-Production-Variant", VARIANT)
+            self._custom_attributes(r)
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             try:
@@ -155,6 +160,10 @@ class _Handler(BaseHTTPRequestHandler):
                 # The client left (or read [DONE] and closed): leaving the with-block closes the container's
                 # stream too, which the runtime logs as a client disconnect - as SageMaker's front end would.
                 self.close_connection = True
+
+    def _custom_attributes(self, r: httpx.Response) -> None:
+        if CUSTOM_ATTRIBUTES in r.headers:
+            self.send_header(CUSTOM_ATTRIBUTES, r.headers[CUSTOM_ATTRIBUTES])
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

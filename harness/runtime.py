@@ -29,6 +29,7 @@ from harness.ports import free_port
 from models.cpu_engine import cpu_engine_environment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+MODEL_MOUNT = Path(__file__).resolve().parent / "bin" / "model-mount"
 
 class RuntimeStartError(RuntimeError):
     """The local runtime did not start, or stopped."""
@@ -57,6 +58,9 @@ class LocalRuntime:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     # False: the same command line the entrypoint builds, less our request middleware (to measure its cost).
     middleware: bool = True
+    # A folder shown to the server at /opt/ml/model, where SageMaker mounts a model's data (harness/bin/model-mount:
+    # a mount namespace of the server's own); ``target`` and ``drafter`` are then the container's paths.
+    model_mount: Path | None = None
     proc: subprocess.Popen | None = field(default=None, init=False)
     started_at: float = field(default=0.0, init=False)
     ready_after_s: float | None = field(default=None, init=False)
@@ -100,6 +104,11 @@ class LocalRuntime:
         return env
 
     def command(self, env: Mapping[str, str] | None = None) -> list[str]:
+        if self.model_mount is not None:
+            return [str(MODEL_MOUNT), str(self.model_mount), *self._server_command(env)]
+        return self._server_command(env)
+
+    def _server_command(self, env: Mapping[str, str] | None = None) -> list[str]:
         env = self.environment() if env is None else env
         if self.drafter is not None and self.middleware:
             return [sys.executable, "-m", "peagle_runtime.entrypoint", "serve"]

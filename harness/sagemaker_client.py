@@ -34,6 +34,8 @@ class WholeResult:
     seconds: float
     body: dict
     variant: str | None
+    # What the container says it runs (peagle_contract.served_config), as SageMaker hands it over.
+    custom_attributes: str | None = None
 
     @property
     def output_tokens(self) -> int:
@@ -57,7 +59,8 @@ def invoke(client, endpoint: str, body: dict, *, component: str | None = None) -
                                       ContentType="application/json", Accept="application/json", **_component(component))
     payload = json.loads(response["Body"].read())
     return WholeResult(seconds=time.perf_counter() - started, body=payload,
-                       variant=response.get("InvokedProductionVariant"))
+                       variant=response.get("InvokedProductionVariant"),
+                       custom_attributes=response.get("CustomAttributes"))
 
 
 def invoke_stream(client, endpoint: str, body: dict, *, on_text: Callable[[str], None] | None = None,

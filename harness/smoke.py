@@ -3,7 +3,9 @@
     make smoke ENV=dev TARGET=local     # the local runtime behind a SageMaker front door on loopback
     make smoke ENV=dev TARGET=aws       # the deployed endpoint (credentials and region as boto3 finds them)
 
-Checks, in order: a whole answer (InvokeEndpoint), a streamed answer (InvokeEndpointWithResponseStream:
+Checks, in order: a whole answer (InvokeEndpoint), and the serving config its container says it runs (K,
+drafter, method, vLLM release: boto3's CustomAttributes) against the deployed model's environment (aws) or
+the one the runtime was started with (local); a streamed answer (InvokeEndpointWithResponseStream:
 text arrives; TTFT and tokens/s printed), a wrongly typed request refused as SageMaker's ModelError with the
 container's 400 - and the endpoint answers again after it. For aws, first: the endpoint serves what its stack
 deployed (harness.aws.live_config: a rolled-back update looks InService too); then the request lines reached the
@@ -22,6 +24,7 @@ import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import httpx
 
@@ -47,13 +50,30 @@ class Report:
         return all(ok for _, ok, _ in self.checks)
 
 
-def endpoint_checks(client, endpoint: str, report: Report, *, component: str | None = None) -> None:
-    """The checks every target shares: whole, streamed, refused, answering again."""
+def endpoint_checks(client, endpoint: str, report: Report, *, component: str | None = None,
+                    environment: Mapping[str, str] | None = None) -> None:
+    """The checks every target shares: whole, what the container runs, streamed, refused, answering again.
+
+    ``environment``: the container environment the endpoint was given; None (a runtime started elsewhere):
+    the container's statement is only read."""
     from botocore.exceptions import ClientError
+
+    from harness.aws.live_config import served_mismatches
+    from peagle_contract.served_config import ServedConfigError, parse
 
     whole: WholeResult = invoke(client, endpoint, REQUEST, component=component)
     report.check("InvokeEndpoint answers", bool(whole.text) and whole.output_tokens > 0,
                  f"{whole.output_tokens} tokens in {whole.seconds * 1000:.0f} ms, variant {whole.variant}")
+    if environment is None:
+        try:
+            said = parse(whole.custom_attributes)
+            report.check("the container says what it runs", True, f"K={said.k}, drafter {said.drafter}, vLLM {said.vllm}")
+        except ServedConfigError as exc:
+            report.check("the container says what it runs", False, str(exc))
+    else:
+        said, problems = served_mismatches(whole.custom_attributes, environment)
+        report.check("the container runs the serving config deployed", not problems, "; ".join(problems) or
+                     f"K={said.k}, {said.method} parallel drafting, drafter {said.drafter}, vLLM {said.vllm}")
     streamed = invoke_stream(client, endpoint, REQUEST, component=component)
     report.check("InvokeEndpointWithResponseStream streams", bool(streamed.text) and streamed.events > 1,
                  f"TTFT {streamed.ttft_s * 1000:.0f} ms, {streamed.output_tokens} tokens, "
@@ -78,9 +98,9 @@ def _answers(base: str) -> bool:
 
 
 def smoke_local(endpoint: str, *, component: str | None = None, base: str | None = None,
-                request_lines=None) -> Report:
+                request_lines=None, environment: Mapping[str, str] | None = None) -> Report:
     """``base``: a runtime already running (else the one on :8080, else one started here); ``request_lines``:
-    how to read that runtime's request log, when known."""
+    how to read that runtime's request log, ``environment`` what it was started with, when known."""
     from harness.front_door import FrontDoor
     from harness.runtime import LocalRuntime
     from harness.serve import pick_pair
@@ -105,7 +125,8 @@ def smoke_local(endpoint: str, *, component: str | None = None, base: str | None
               f"{door.url}; the boto3 client goes through it")
         request_lines = request_lines or (runtime.request_lines if runtime else None)
         before = len(request_lines()) if request_lines else 0
-        endpoint_checks(runtime_client(endpoint_url=door.url), endpoint, report, component=component)
+        endpoint_checks(runtime_client(endpoint_url=door.url), endpoint, report, component=component,
+                        environment=environment or (runtime.environment() if runtime else None))
         if request_lines is not None:
             lines = request_lines()[before:]
             report.check("a request line per answer in the runtime's log", len(lines) >= 3,
@@ -129,7 +150,8 @@ def smoke_aws(endpoint: str, *, component: str | None = None, region: str | None
         report.check("the endpoint serves what the stack deployed", not not_served,
                      "; ".join(not_served) or f"the endpoint config and components of {stack_name}")
     started_ms = int(time.time() * 1000)
-    endpoint_checks(runtime_client(region=region), endpoint, report, component=component)
+    deployed = live_config.deployed_environment(boto3.client("sagemaker", region_name=region), endpoint, component)
+    endpoint_checks(runtime_client(region=region), endpoint, report, component=component, environment=deployed)
     logs = boto3.client("logs", region_name=region)
     group = (f"{COMPONENT_LOG_GROUP_PREFIX}{component}" if component else f"{ENDPOINT_LOG_GROUP_PREFIX}{endpoint}")
     deadline, found = time.time() + log_wait_s, 0
@@ -151,7 +173,7 @@ def smoke_aws(endpoint: str, *, component: str | None = None, region: str | None
 
 def main(argv: list[str] | None = None) -> int:
     from stacks.environments import ENVIRONMENTS
-    from stacks.serving_stack import STACK_ID, when_idle
+    from stacks.serving_stack import stage_stack_name, when_idle
 
     parser = argparse.ArgumentParser(prog="python -m harness.smoke", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="dev", help="the environment (dev, staging, prod)")
@@ -169,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{env.name} scales to zero when idle: {when_idle(env.hosting.scaling)}")
     report = (smoke_local(endpoint, component=component) if args.target == "local"
               else smoke_aws(endpoint, component=component, region=args.region,
-                             stack_name=f"{env.name}-{STACK_ID}"))
+                             stack_name=stage_stack_name(env.name)))
     failed = [name for name, ok, _ in report.checks if not ok]
     print("smoke test passed" if not failed else f"smoke test FAILED: {', '.join(failed)}")
     return 0 if report.ok else 1

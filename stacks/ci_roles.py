@@ -23,7 +23,9 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from peagle_constructs.errors import ConfigError
+from peagle_constructs.sagemaker_names import COMPONENT_LOG_GROUP_PREFIX, ENDPOINT_LOG_GROUP_PREFIX
 from stacks.environments import ENVIRONMENTS, EnvironmentConfig
+from stacks.serving_stack import stage_stack_name
 
 GITHUB_OIDC_URL = "https://token.actions.githubusercontent.com"
 GITHUB_AUDIENCE = "sts.amazonaws.com"
@@ -72,11 +74,30 @@ class CiRolesStack(Stack):
             role.add_to_policy(iam.PolicyStatement(
                 sid="SmokeInvoke", actions=["sagemaker:InvokeEndpoint"],
                 resources=[self.format_arn(service="sagemaker", resource="endpoint", resource_name=endpoint)]))
+            component = env.component_name
+            # The request lines go to the component's log group when the endpoint hosts components.
+            log_group = (f"{COMPONENT_LOG_GROUP_PREFIX}{component}" if component
+                         else f"{ENDPOINT_LOG_GROUP_PREFIX}{endpoint}")
             role.add_to_policy(iam.PolicyStatement(
                 sid="SmokeLogs", actions=["logs:FilterLogEvents"],
-                resources=[self.format_arn(service="logs", resource="log-group",
-                                           resource_name=f"/aws/sagemaker/Endpoints/{endpoint}:*",
+                resources=[self.format_arn(service="logs", resource="log-group", resource_name=f"{log_group}:*",
                                            arn_format=ArnFormat.COLON_RESOURCE_NAME)]))
+            # The smoke test's first checks (harness.aws.live_config): the stage's stack as CloudFormation holds
+            # it, and what SageMaker serves - the endpoint, its component, and the endpoint config and model they
+            # name. Those two are named by CloudFormation at deploy time, so by any name; Describe reads only.
+            role.add_to_policy(iam.PolicyStatement(
+                sid="SmokeStack", actions=["cloudformation:DescribeStackResources", "cloudformation:GetTemplate"],
+                resources=[self.format_arn(service="cloudformation", resource="stack",
+                                           resource_name=f"{stage_stack_name(env.name)}/*")]))
+            role.add_to_policy(iam.PolicyStatement(
+                sid="SmokeDescribe",
+                actions=["sagemaker:DescribeEndpoint", "sagemaker:DescribeEndpointConfig", "sagemaker:DescribeModel",
+                         *(["sagemaker:DescribeInferenceComponent"] if component else [])],
+                resources=[self.format_arn(service="sagemaker", resource="endpoint", resource_name=endpoint),
+                           self.format_arn(service="sagemaker", resource="endpoint-config", resource_name="*"),
+                           self.format_arn(service="sagemaker", resource="model", resource_name="*"),
+                           *([self.format_arn(service="sagemaker", resource="inference-component",
+                                              resource_name=component)] if component else [])]))
             role.add_to_policy(iam.PolicyStatement(
                 sid="SmokeAlarms", actions=["cloudwatch:DescribeAlarms"],
                 resources=[self.format_arn(service="cloudwatch", resource="alarm", resource_name=f"{endpoint}-*",

@@ -25,6 +25,11 @@ ENDPOINT_ID = "Serving"
 COMPONENT_ID = "Model"
 
 
+def stage_stack_name(stage: str) -> str:
+    """The CloudFormation stack name CDK gives this stack in the Stage ``stage`` (``<stage>-<id>``)."""
+    return f"{stage}-{STACK_ID}"
+
+
 def when_idle(scaling: CopyScaling) -> str:
     """What a user of a scale-to-zero environment meets and pays, printed by `cdk deploy` as an output. SageMaker
     creates a component with one copy, so every deploy bills an instance until the copies' scale-in cooldown."""

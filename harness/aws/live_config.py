@@ -6,12 +6,19 @@ promotion stage) and in `make smoke TARGET=aws`, each endpoint's live ``Endpoint
 the endpoint config the stack holds now, and each inference component's live specification (its model, its
 reservation, its startup parameters) with the component's in the stack. Both sides come from the account:
 the template and physical ids from CloudFormation, the live values from SageMaker's Describe calls.
+
+Then the container itself: what it says it runs on an answer (K, drafter, method, vLLM release; the header
+of :mod:`peagle_contract.served_config`) against the environment of the model the endpoint (or component)
+serves, as SageMaker describes it (:func:`container_mismatches`).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Mapping
+
+from peagle_contract.served_config import ServedConfig, ServedConfigError, differences, expected_from_environment, parse
+from peagle_contract.serving import ServingConfigError
 
 ENDPOINT = "AWS::SageMaker::Endpoint"
 COMPONENT = "AWS::SageMaker::InferenceComponent"
@@ -89,3 +96,50 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
         return float(a) == float(b)
     return a == b
+
+
+def deployed_environment(sm: Any, endpoint: str, component: str | None = None) -> dict[str, str]:
+    """The container environment of the model the endpoint's traffic reaches (its first variant's, or the
+    component's), as SageMaker holds it."""
+    if component:
+        model = sm.describe_inference_component(InferenceComponentName=component)["Specification"]["ModelName"]
+    else:
+        config = sm.describe_endpoint(EndpointName=endpoint)["EndpointConfigName"]
+        model = sm.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"][0]["ModelName"]
+    described = sm.describe_model(ModelName=model)
+    container = described.get("PrimaryContainer") or (described.get("Containers") or [{}])[0]
+    return dict(container.get("Environment") or {})
+
+
+def served_mismatches(custom_attributes: str | None, environment: Mapping[str, str]) -> tuple[ServedConfig | None, list[str]]:
+    """(what the container said, one line per difference from what ``environment`` asks); a missing or
+    malformed statement, or an environment that is not P-EAGLE's, is one line too."""
+    try:
+        expected = expected_from_environment(environment)
+    except ServingConfigError as exc:
+        return None, [f"the deployed model's environment: {exc}"]
+    try:
+        served = parse(custom_attributes)
+    except ServedConfigError as exc:
+        return None, [str(exc)]
+    return served, differences(expected=expected, served=served)
+
+
+def container_mismatches(session: Any, runtime_client: Any, endpoint: str, component: str | None = None
+                         ) -> tuple[ServedConfig | None, list[str]]:
+    """One short request to the endpoint; what its container says it runs against the deployed model's
+    environment. A request that fails is one line."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from harness.sagemaker_client import invoke
+
+    environment = deployed_environment(session.client("sagemaker"), endpoint, component)
+    try:
+        answer = invoke(runtime_client, endpoint, PROBE, component=component)
+    except (BotoCoreError, ClientError) as exc:
+        return None, [f"endpoint {endpoint} did not answer, so its container's serving config is unknown: {exc}"]
+    return served_mismatches(answer.custom_attributes, environment)
+
+
+# The smallest answer that reaches the engine: one generated token.
+PROBE = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1, "temperature": 0}

@@ -5,7 +5,10 @@ and endpoints that really answer.
   the real ``cdk bootstrap`` as a real account is (README: "Deploy to your account", step 1). The jobs reach
   it through ``AWS_ENDPOINT_URL``, set by the configure-aws-credentials stand-in.
 - SageMaker Runtime: the front door (harness.front_door) for every stage's endpoint, in front of one local
-  runtime (our entrypoint and vLLM on the CPU, the tiny pair). The jobs reach it through
+  runtime (our entrypoint and vLLM on the CPU, the tiny pair). It is given the speculative config the stages'
+  models are given (their K, the drafter at its container path) and sees the pair where SageMaker mounts a
+  model's data, /opt/ml/model (harness/bin/model-mount), so what its container says it runs is compared
+  with each stage's deployed model as on AWS. The jobs reach it through
   ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME``. ``answering`` chooses which endpoints it answers for: one left
   out is an endpoint that does not answer, so that stage's smoke test fails.
 - SageMaker's log delivery: each request line the runtime prints goes to the log group of the endpoint (or
@@ -13,14 +16,17 @@ and endpoints that really answer.
   jobs run one at a time, so the attribution is exact.
 - The Docker engine: ``bin/docker`` (the CDK CLI publishes the image asset through it).
 
-What this cannot prove: that an instance starts or a model loads on SageMaker, IAM's decisions (moto allows
-everything), CloudWatch Logs' filter patterns (moto treats a JSON pattern as matching every line; the metric
+What this cannot prove: that an instance starts or a model loads on SageMaker, the rest of a stage's
+serving environment (its GPU settings: fp8 KV cache, memory share, lengths; the runtime runs the CPU's),
+that the stages' weights are the ones staged (the tiny pair stands in for GPT-OSS-20B and its drafter),
+IAM's decisions (moto allows everything), CloudWatch Logs' filter patterns (moto treats a JSON pattern as matching every line; the metric
 filter patterns are judged on real runtime output in tests/stacks), and that the image builds.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -41,13 +47,35 @@ def log_group(endpoint: str, component: str | None) -> str:
 
 
 def local_runtime(root: Path) -> LocalRuntime:
-    """The runtime every stage's endpoint is served by (the tiny pair: seconds to build); the caller starts
-    it once and stops it after the scenarios that use it."""
+    """The runtime every stage's endpoint is served by (the tiny pair: seconds to build), given the stages'
+    speculative config; the caller starts it once and stops it after the scenarios that use it."""
     from models import tiny
+    from peagle_constructs.weights import WeightsLayout
+    from peagle_contract.serving import SPECULATIVE_CONFIG_VAR, TARGET_MODEL_DIR, parse_speculative_config
+    from stacks.environments import ENVIRONMENTS
 
+    asked = {}
+    for config in ENVIRONMENTS:
+        layout = WeightsLayout.of(config.model.serving)
+        env = layout.environment(config.model.serving)
+        asked.setdefault((env[SPECULATIVE_CONFIG_VAR], layout.target_dir), []).append(config.name)
+    if len(asked) != 1:
+        raise RuntimeError("the stand-in SageMaker serves every stage with one runtime, but the stages ask for "
+                           + "; ".join(f"{', '.join(names)}: {spec} (target {target})" for (spec, target), names in asked.items()))
+    ((spec_json, target_dir),) = asked
+    spec = parse_speculative_config(spec_json)
     pair = tiny.build()
-    return LocalRuntime(target=pair.target, drafter=pair.drafter, k=4, max_model_len=2048,
-                        name="rehearsal-runtime", log_dir=root)
+    mount = root / "opt-ml-model"  # what SageMaker copies from the model's ModelDataSource
+    for container_dir, local in ((target_dir, pair.target), (spec["model"], pair.drafter)):
+        relative = Path(container_dir).relative_to(TARGET_MODEL_DIR)  # ValueError: not under the mount
+        if relative == Path("."):
+            raise RuntimeError(f"the stand-in mounts target and drafter side by side; a stage puts one at {container_dir}")
+        shutil.rmtree(mount / relative, ignore_errors=True)
+        shutil.copytree(local, mount / relative)  # copied, as SageMaker copies it: no link leads elsewhere
+    runtime = LocalRuntime(target=Path(target_dir), drafter=Path(spec["model"]), k=spec["num_speculative_tokens"],
+                           max_model_len=2048, name="rehearsal-runtime", log_dir=root, model_mount=mount)
+    assert runtime.speculative_config() == spec, (runtime.speculative_config(), spec)
+    return runtime
 
 
 class EmbeddedAccount:

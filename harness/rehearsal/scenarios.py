@@ -198,6 +198,9 @@ def merge_promotes(scratch: Scratch, account, *, echo=None) -> Outcome:
         job = run.job(name)
         out.check(f"{name}'s smoke test passes through boto3", job is not None and "smoke test passed" in job.text
                   and job.step("Smoke test") == "success", job.step("Smoke test") if job else "not run")
+        said = next((line.strip() for line in (job.text if job else "").splitlines()
+                     if "the container runs the serving config deployed" in line), "no such check in its log")
+        out.check(f"{name}'s container runs its stage's deployed serving config", said.startswith("ok"), said)
     out.check("each stage's request lines reached its log group", len(account.shipped) == 3
               and min(account.shipped.values()) >= 3, str(account.shipped))
     return out

@@ -40,7 +40,9 @@ import os
 import tempfile
 from typing import Any, Mapping
 
-SUPPORTED_VLLM = "0.32.0"
+from peagle_contract.served_config import VLLM_RELEASE, release
+
+SUPPORTED_VLLM = VLLM_RELEASE  # the method's contract is this release's
 ENV_SWITCH = "PEAGLE_FUSED_DRAFT"
 ENV_STATS = "PEAGLE_FUSED_DRAFT_STATS"
 ENV_VERIFY = "PEAGLE_FUSED_DRAFT_VERIFY"
@@ -74,7 +76,7 @@ def _decide() -> tuple[bool, str | None]:
     from vllm.platforms import current_platform
 
     version = str(getattr(vllm, "__version__", "unknown"))
-    if version.split("+")[0] != SUPPORTED_VLLM:
+    if release(version) != SUPPORTED_VLLM:
         return False, (f"peagle fused draft: not installed, written for vLLM {SUPPORTED_VLLM} and this is "
                        f"vLLM {version}; vLLM's own parallel-draft input path stays in place")
     if current_platform.is_cuda():

@@ -13,6 +13,8 @@ For POSTs to /invocations, /v1/completions and /v1/chat/completions it
    filters read - also for a stream the client drops or vLLM aborts, with a status that says so;
 5. on SIGTERM ends what vLLM leaves open, and makes the process exit non-zero when vLLM's server shuts
    down because its engine died (:mod:`peagle_runtime.shutdown`).
+6. says on every answer what the engine runs - K, drafter, method, vLLM release - in the header SageMaker hands
+   the client as ``CustomAttributes`` (:mod:`peagle_runtime.served_statement`), for the deploy checks.
 
 The checks are :mod:`peagle_runtime.request_checks`'s, the reading of a response and its figures
 :mod:`peagle_runtime.response_measure`'s. A request refused before vLLM saw it gets no line (SageMaker's own
@@ -38,6 +40,7 @@ from peagle_runtime.request_checks import (
     too_large,
 )
 from peagle_runtime.response_measure import ResponseMeasure
+from peagle_runtime.served_statement import Statement
 from peagle_runtime.shutdown import end_cut_short, ends_unless_shut_down, exit_non_zero_if_the_engine_died
 
 Scope = dict[str, Any]
@@ -60,6 +63,7 @@ class RequestMetricsMiddleware:
         self.validator = validator or RequestValidator.from_vllm()
         self.emit = emit
         self.shutting_down = asyncio.Event()  # set on SIGTERM / SIGINT (after the lifespan's startup)
+        self.statement = Statement()  # what the engine runs, on every answer (SageMaker's CustomAttributes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") == "lifespan":
@@ -70,6 +74,7 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, send)
             return
         arrival = time.perf_counter()
+        send = self.statement.stamping(scope, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         body = await _read_body(receive, headers.get("content-length"))
         if body is None:

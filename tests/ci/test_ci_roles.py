@@ -41,7 +41,8 @@ def test_one_role_per_environment_trusting_only_that_environments_jobs_of_this_r
 def test_a_role_may_only_use_the_cdk_bootstrap_roles_and_smoke_test_its_own_endpoint(template):
     for policy in _of(template, "AWS::IAM::Policy").values():
         statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
-        assert set(statements) == {"CdkBootstrapRoles", "SmokeInvoke", "SmokeLogs", "SmokeAlarms"}
+        assert set(statements) == {"CdkBootstrapRoles", "SmokeInvoke", "SmokeLogs", "SmokeAlarms", "SmokeStack",
+                                   "SmokeDescribe"}
         text = json.dumps(statements)
         assert '"*"' not in text and "iam:PassRole" not in text  # no wildcard action or resource
         roles = json.dumps(statements["CdkBootstrapRoles"]["Resource"])
@@ -49,7 +50,14 @@ def test_a_role_may_only_use_the_cdk_bootstrap_roles_and_smoke_test_its_own_endp
         assert statements["SmokeInvoke"]["Action"] == "sagemaker:InvokeEndpoint"
         endpoint = json.dumps(statements["SmokeInvoke"]["Resource"])
         env = next(e for e in ENVIRONMENTS if e.endpoint_name in endpoint)
-        assert f"/aws/sagemaker/Endpoints/{env.endpoint_name}" in json.dumps(statements["SmokeLogs"]["Resource"])
+        group = (f"/aws/sagemaker/InferenceComponents/{env.component_name}" if env.component_name
+                 else f"/aws/sagemaker/Endpoints/{env.endpoint_name}")
+        assert f"{group}:*" in json.dumps(statements["SmokeLogs"]["Resource"])
+        # Read only, on the stage's own stack; every call the smoke test makes is judged in
+        # tests/deploy/test_smoke_permissions.py.
+        assert all(a.split(":")[1].startswith(("Describe", "GetTemplate")) for s in ("SmokeStack", "SmokeDescribe")
+                   for a in statements[s]["Action"])
+        assert f"stack/{env.name}-PEagle/*" in json.dumps(statements["SmokeStack"]["Resource"])
         assert f"alarm:{env.endpoint_name}-*" in json.dumps(statements["SmokeAlarms"]["Resource"])
 
 

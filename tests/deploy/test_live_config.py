@@ -64,3 +64,32 @@ def test_a_component_on_another_model_is_caught(stage_stacks, moto_region):
         assert len(problems) == 2, problems
         assert f"serves model 'gpt-oss-previous', but the stack deployed {deployed!r}" in problems[0]
         assert "ComputeResourceRequirements" in problems[1] and "'MinMemoryRequiredInMb': 1024" in problems[1]
+
+
+def _model_environment(stack) -> dict[str, str]:  # noqa: ANN001 - harness.cdk.StackArtifact
+    (model,) = [r for r in stack.template()["Resources"].values() if r["Type"] == "AWS::SageMaker::Model"]
+    return model["Properties"]["PrimaryContainer"]["Environment"]
+
+
+@pytest.mark.parametrize(("stage", "endpoint", "component"), [
+    ("Staging", "peagle-staging", None), ("Dev", "peagle-dev", "peagle-dev-gpt-oss-20b")])
+def test_the_container_statement_is_judged_against_the_model_the_endpoint_serves(stage_stacks, moto_region,
+                                                                                   stage, endpoint, component):
+    """The deployed model's environment is found through SageMaker's Describe calls (endpoint -> endpoint config ->
+    variant's model, or the component's model); a statement that matches it passes, another is named."""
+    from peagle_contract.served_config import ServedConfig, expected_from_environment
+
+    (stack,) = stage_stacks[stage]
+    with mock_aws():
+        session = boto3.Session(region_name=moto_region)
+        _deploy(session, stack)
+        environment = live_config.deployed_environment(session.client("sagemaker"), endpoint, component)
+    assert environment == _model_environment(stack)
+    as_deployed = expected_from_environment(environment).render()
+    assert live_config.served_mismatches(as_deployed, environment) == (expected_from_environment(environment), [])
+    elsewhere = ServedConfig(k=4, drafter="/opt/ml/model/drafter", method="eagle3", parallel_drafting=True,
+                             vllm="0.32.0+cpu").render()
+    _, problems = live_config.served_mismatches(elsewhere, environment)
+    assert problems == ["k: the container runs 4, the stack deployed 7"]
+    _, problems = live_config.served_mismatches(None, environment)
+    assert len(problems) == 1 and "absent" in problems[0]

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from botocore.exceptions import ClientError
+from peagle_contract.served_config import VLLM_RELEASE, ServedConfig, parse, release
 from harness import loadtest, smoke
 from harness.front_door import FrontDoor, event_message
 from harness.sagemaker_client import invoke, invoke_stream, runtime_client
@@ -20,10 +23,42 @@ def door(server):
 
 
 def test_the_smoke_checks_pass_through_boto3(server):
-    report = smoke.smoke_local(ENDPOINT, base=server.base, request_lines=server.request_lines)
+    report = smoke.smoke_local(ENDPOINT, base=server.base, request_lines=server.request_lines,
+                               environment=server.environment())
     assert report.ok, report.checks
     names = [name for name, _, _ in report.checks]
     assert "InvokeEndpointWithResponseStream streams" in names and "a wrongly typed request is refused" in names
+    assert "the container runs the serving config deployed" in names
+
+
+def test_the_container_says_what_its_engine_runs_on_both_operations(door, server):
+    """The statement comes back through boto3's own CustomAttributes, on a whole answer and on a stream."""
+    client = runtime_client(endpoint_url=door.url)
+    body = {"prompt": "Once upon a time", "max_tokens": 2, "temperature": 0}
+    whole = client.invoke_endpoint(EndpointName=ENDPOINT, Body=json.dumps(body).encode(), ContentType="application/json")
+    streamed = client.invoke_endpoint_with_response_stream(
+        EndpointName=ENDPOINT, Body=json.dumps({**body, "stream": True}).encode(), ContentType="application/json")
+    list(streamed["Body"])
+    for answer in (whole, streamed):
+        said = parse(answer["CustomAttributes"])
+        assert said == ServedConfig(k=4, drafter=str(server.drafter), method="eagle3", parallel_drafting=True,
+                                    vllm=said.vllm)
+        assert release(said.vllm) == VLLM_RELEASE
+
+
+def test_the_smoke_test_fails_naming_both_when_the_container_runs_another_config(server):
+    """Staging's model asks for K=7 with the drafter at /opt/ml/model/drafter; this runtime runs K=4 from a
+    local folder: the one check that fails says both."""
+    from peagle_constructs.weights import WeightsLayout
+    from stacks.environments import ENVIRONMENTS
+
+    staging = next(config for config in ENVIRONMENTS if config.name == "Staging")
+    deployed = WeightsLayout.of(staging.model.serving).environment(staging.model.serving)
+    report = smoke.smoke_local(ENDPOINT, base=server.base, request_lines=server.request_lines, environment=deployed)
+    failed = [(name, detail) for name, ok, detail in report.checks if not ok]
+    assert [name for name, _ in failed] == ["the container runs the serving config deployed"], report.checks
+    assert "k: the container runs 4, the stack deployed 7" in failed[0][1]
+    assert f"drafter: the container runs {str(server.drafter)!r}, the stack deployed '/opt/ml/model/drafter'" in failed[0][1]
 
 
 def test_a_stream_and_a_whole_answer_agree(door):

@@ -60,7 +60,7 @@ class PEagleModel(Construct):
         self.serving = serving
         self.layout = WeightsLayout.of(serving)
         self.environment: dict[str, str] = {
-            **serving.to_environment(target_dir=self.layout.target_dir, drafter_dir=self.layout.drafter_dir),
+            **self.layout.environment(serving),
             **(environment or {}),
         }
         try:

@@ -42,6 +42,10 @@ class WeightsLayout:
     drafter_dir: str
     prefixes: tuple[S3Prefix, ...]  # what the execution role may read: exactly what SageMaker copies
 
+    def environment(self, serving: ServingConfig) -> dict[str, str]:
+        """The serving config's container environment with the weights where this layout puts them."""
+        return serving.to_environment(target_dir=self.target_dir, drafter_dir=self.drafter_dir)
+
     @classmethod
     def of(cls, serving: ServingConfig) -> "WeightsLayout":
         s3 = {name: S3Prefix.parse(uri) for name, uri in

