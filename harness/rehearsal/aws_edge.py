@@ -19,8 +19,10 @@ and endpoints that really answer.
 What this cannot prove: that an instance starts or a model loads on SageMaker, the rest of a stage's
 serving environment (its GPU settings: fp8 KV cache, memory share, lengths; the runtime runs the CPU's),
 that the stages' weights are the ones staged (the tiny pair stands in for GPT-OSS-20B and its drafter),
-IAM's decisions (moto allows everything), CloudWatch Logs' filter patterns (moto treats a JSON pattern as matching every line; the metric
-filter patterns are judged on real runtime output in tests/stacks), and that the image builds.
+IAM's decisions (moto allows everything; tests/deploy/test_smoke_permissions.py judges the smoke test's
+calls against the stages' roles), CloudWatch Logs' filter patterns (moto treats a JSON pattern as matching
+every line; the metric filter patterns are judged on real runtime output in tests/stacks), and that the
+image builds.
 """
 
 from __future__ import annotations
