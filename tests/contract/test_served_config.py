@@ -11,10 +11,10 @@ import pytest
 from peagle_contract.served_config import (
     HEADER, MAX_CHARS, VLLM_RELEASE, ServedConfig, ServedConfigError, differences, expected_from_environment, parse,
 )
-from peagle_contract.serving import ServingConfigError
+from peagle_contract.serving import DRAFTER_MODEL_DIR, TARGET_MODEL_DIR, ServingConfigError
 
 REPO = Path(__file__).resolve().parents[2]
-SERVED = ServedConfig(k=7, drafter="/opt/ml/model/drafter", method="eagle3", parallel_drafting=True, vllm="0.32.0")
+SERVED = ServedConfig(k=7, drafter=DRAFTER_MODEL_DIR, method="eagle3", parallel_drafting=True, vllm="0.32.0")
 
 
 def _shape():
@@ -26,7 +26,7 @@ def test_the_header_is_the_one_boto3_reads_and_fits_its_limit():
     shape = _shape()
     assert shape.serialization == {"location": "header", "name": HEADER}
     assert MAX_CHARS == shape.metadata["max"]
-    odd = ServedConfig(k=3, drafter="/opt/ml/model/my drafter;v=2,é", method="eagle3", parallel_drafting=True,
+    odd = ServedConfig(k=3, drafter=f"{TARGET_MODEL_DIR}/my drafter;v=2,é", method="eagle3", parallel_drafting=True,
                        vllm="0.32.0+cpu")
     value = odd.render()
     # RFC 7230 field-vchar: visible US-ASCII, no spaces (SageMaker's wording for the header).
@@ -52,15 +52,15 @@ def test_a_missing_or_malformed_statement_is_refused_naming_the_attribute(value,
 
 def test_a_statement_too_long_for_sagemaker_is_refused():
     with pytest.raises(ServedConfigError, match="at most 1024"):
-        ServedConfig(k=7, drafter="/" + "d" * MAX_CHARS, method="eagle3", parallel_drafting=True, vllm="0.32.0").render()
+        ServedConfig(k=7, drafter="d" * (MAX_CHARS + 1), method="eagle3", parallel_drafting=True, vllm="0.32.0").render()
 
 
 def test_differences_name_both_values_and_vllm_is_compared_by_release():
     assert differences(expected=SERVED, served=ServedConfig(**{**SERVED.__dict__, "vllm": "0.32.0+cpu"})) == []
-    other = ServedConfig(k=4, drafter="/tmp/drafter", method="eagle3", parallel_drafting=True, vllm="0.31.1")
+    other = ServedConfig(k=4, drafter="local/drafter", method="eagle3", parallel_drafting=True, vllm="0.31.1")
     assert differences(expected=SERVED, served=other) == [
         "k: the container runs 4, the stack deployed 7",
-        "drafter: the container runs '/tmp/drafter', the stack deployed '/opt/ml/model/drafter'",
+        f"drafter: the container runs 'local/drafter', the stack deployed {DRAFTER_MODEL_DIR!r}",
         "vllm: the container runs '0.31.1', the stack deployed '0.32.0'",
     ]
 
@@ -73,10 +73,10 @@ def test_the_expectation_is_read_from_a_stage_model_environment():
         env = WeightsLayout.of(config.model.serving).environment(config.model.serving)
         expected = expected_from_environment(env)
         assert expected.k == config.model.serving.num_speculative_tokens
-        assert (expected.drafter, expected.method, expected.parallel_drafting) == ("/opt/ml/model/drafter", "eagle3", True)
+        assert (expected.drafter, expected.method, expected.parallel_drafting) == (DRAFTER_MODEL_DIR, "eagle3", True)
         assert expected.vllm == VLLM_RELEASE
     with pytest.raises(ServingConfigError, match="SM_VLLM_SPECULATIVE_CONFIG"):
-        expected_from_environment({"SM_VLLM_MODEL": "/opt/ml/model"})
+        expected_from_environment({"SM_VLLM_MODEL": TARGET_MODEL_DIR})
 
 
 def test_the_vllm_release_is_the_one_the_image_and_the_cpu_runtime_install():

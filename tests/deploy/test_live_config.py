@@ -78,6 +78,7 @@ def test_the_container_statement_is_judged_against_the_model_the_endpoint_serves
     """The deployed model's environment is found through SageMaker's Describe calls (endpoint -> endpoint config ->
     variant's model, or the component's model); a statement that matches it passes, another is named."""
     from peagle_contract.served_config import ServedConfig, expected_from_environment
+    from peagle_contract.serving import DRAFTER_MODEL_DIR
 
     (stack,) = stage_stacks[stage]
     with mock_aws():
@@ -87,7 +88,7 @@ def test_the_container_statement_is_judged_against_the_model_the_endpoint_serves
     assert environment == _model_environment(stack)
     as_deployed = expected_from_environment(environment).render()
     assert live_config.served_mismatches(as_deployed, environment) == (expected_from_environment(environment), [])
-    elsewhere = ServedConfig(k=4, drafter="/opt/ml/model/drafter", method="eagle3", parallel_drafting=True,
+    elsewhere = ServedConfig(k=4, drafter=DRAFTER_MODEL_DIR, method="eagle3", parallel_drafting=True,
                              vllm="0.32.0+cpu").render()
     _, problems = live_config.served_mismatches(elsewhere, environment)
     assert problems == ["k: the container runs 4, the stack deployed 7"]

@@ -8,6 +8,7 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 from peagle_contract.served_config import VLLM_RELEASE, ServedConfig, parse, release
+from peagle_contract.serving import DRAFTER_MODEL_DIR
 from harness import loadtest, smoke
 from harness.front_door import FrontDoor, event_message
 from harness.sagemaker_client import invoke, invoke_stream, runtime_client
@@ -58,7 +59,7 @@ def test_the_smoke_test_fails_naming_both_when_the_container_runs_another_config
     failed = [(name, detail) for name, ok, detail in report.checks if not ok]
     assert [name for name, _ in failed] == ["the container runs the serving config deployed"], report.checks
     assert "k: the container runs 4, the stack deployed 7" in failed[0][1]
-    assert f"drafter: the container runs {str(server.drafter)!r}, the stack deployed '/opt/ml/model/drafter'" in failed[0][1]
+    assert f"drafter: the container runs {str(server.drafter)!r}, the stack deployed {DRAFTER_MODEL_DIR!r}" in failed[0][1]
 
 
 def test_a_stream_and_a_whole_answer_agree(door):
