@@ -140,7 +140,7 @@ def smoke_aws(endpoint: str, *, component: str | None = None, region: str | None
     import boto3
 
     from harness.aws import live_config
-    from peagle_constructs.sagemaker_names import COMPONENT_LOG_GROUP_PREFIX, ENDPOINT_LOG_GROUP_PREFIX
+    from peagle_constructs.sagemaker_names import container_log_group
     from peagle_contract.request_log import EVENT_FIELD, EVENT_NAME
 
     report = Report()
@@ -153,7 +153,7 @@ def smoke_aws(endpoint: str, *, component: str | None = None, region: str | None
     deployed = live_config.deployed_environment(boto3.client("sagemaker", region_name=region), endpoint, component)
     endpoint_checks(runtime_client(region=region), endpoint, report, component=component, environment=deployed)
     logs = boto3.client("logs", region_name=region)
-    group = (f"{COMPONENT_LOG_GROUP_PREFIX}{component}" if component else f"{ENDPOINT_LOG_GROUP_PREFIX}{endpoint}")
+    group = container_log_group(endpoint, component)
     deadline, found = time.time() + log_wait_s, 0
     while time.time() < deadline and found < 3:  # log delivery takes seconds to a minute
         events = logs.filter_log_events(logGroupName=group, startTime=started_ms,

@@ -23,7 +23,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from peagle_constructs.errors import ConfigError
-from peagle_constructs.sagemaker_names import COMPONENT_LOG_GROUP_PREFIX, ENDPOINT_LOG_GROUP_PREFIX
+from peagle_constructs.sagemaker_names import container_log_group
 from stacks.environments import ENVIRONMENTS, EnvironmentConfig
 from stacks.serving_stack import stage_stack_name
 
@@ -76,8 +76,7 @@ class CiRolesStack(Stack):
                 resources=[self.format_arn(service="sagemaker", resource="endpoint", resource_name=endpoint)]))
             component = env.component_name
             # The request lines go to the component's log group when the endpoint hosts components.
-            log_group = (f"{COMPONENT_LOG_GROUP_PREFIX}{component}" if component
-                         else f"{ENDPOINT_LOG_GROUP_PREFIX}{endpoint}")
+            log_group = container_log_group(endpoint, component)
             role.add_to_policy(iam.PolicyStatement(
                 sid="SmokeLogs", actions=["logs:FilterLogEvents"],
                 resources=[self.format_arn(service="logs", resource="log-group", resource_name=f"{log_group}:*",

@@ -43,9 +43,9 @@ LOG_STREAM = "AllTraffic/i-rehearsal"
 
 
 def log_group(endpoint: str, component: str | None) -> str:
-    from peagle_constructs.sagemaker_names import COMPONENT_LOG_GROUP_PREFIX, ENDPOINT_LOG_GROUP_PREFIX
+    from peagle_constructs.sagemaker_names import container_log_group
 
-    return f"{COMPONENT_LOG_GROUP_PREFIX}{component}" if component else f"{ENDPOINT_LOG_GROUP_PREFIX}{endpoint}"
+    return container_log_group(endpoint, component)
 
 
 def local_runtime(root: Path) -> LocalRuntime:

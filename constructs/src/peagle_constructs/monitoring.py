@@ -39,8 +39,7 @@ from peagle_constructs.errors import ConfigError
 from peagle_constructs.native_metrics import VllmMetricNames, acceptance_rate_query, quantile_query
 from peagle_constructs.notifications import AlarmSubscriber, AlarmTopic
 from peagle_constructs.sagemaker_names import (
-    COMPONENT_LOG_GROUP_PREFIX, COMPONENT_METRICS_NAMESPACE, ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE,
-    INVOCATION_METRICS_NAMESPACE,
+    COMPONENT_METRICS_NAMESPACE, ENDPOINT_METRICS_NAMESPACE, INVOCATION_METRICS_NAMESPACE, container_log_group,
 )
 from peagle_constructs.security import limit_grants_to_aws_services
 from peagle_constructs.validation import check_duration, check_int, check_number, check_positive
@@ -139,8 +138,7 @@ class EndpointMonitoring(InvocationMetrics, Construct):
             description=f"Encrypts the logs and alarm topic of {what}",
         ))
 
-        log_group_name = (f"{COMPONENT_LOG_GROUP_PREFIX}{component_name}" if component_name
-                          else f"{ENDPOINT_LOG_GROUP_PREFIX}{endpoint_name}")
+        log_group_name = container_log_group(endpoint_name, component_name)
         self.log_group = encrypted_log_group(self, "LogGroup", log_group_name, key=self.key, retention=log_retention,
                                              removal_policy=removal_policy)
         self.metric_filters = self._metric_filters()

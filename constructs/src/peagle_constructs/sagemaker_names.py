@@ -14,3 +14,8 @@ COMPONENT_LOG_GROUP_PREFIX = "/aws/sagemaker/InferenceComponents/"
 COMPONENT_METRICS_NAMESPACE = "/aws/sagemaker/InferenceComponents"
 # The variant name SageMaker's own examples and tools use for an endpoint's one production variant.
 DEFAULT_VARIANT_NAME = "AllTraffic"
+
+
+def container_log_group(endpoint: str, component: str | None = None) -> str:
+    """The log group a container's output lands in: its component's when it is one, else its endpoint's."""
+    return f"{COMPONENT_LOG_GROUP_PREFIX}{component}" if component else f"{ENDPOINT_LOG_GROUP_PREFIX}{endpoint}"
