@@ -194,6 +194,24 @@ def samples(folder: Path, out: Path, *, messages: Sequence[list[dict]]) -> Path:
     return out / distill.SAMPLES
 
 
+def committed(messages: Sequence[list[dict]], *, max_tokens: int, target: Path, vllm_version: str) -> Path | None:
+    """The committed answers folder for exactly these tasks, answered by this target and engine (every shard
+    there and hashed as its manifest says), else None."""
+    wanted = tasks_sha256(messages)
+    for manifest_path in sorted(ANSWERS_DIR.glob(f"*/{MANIFEST}")):
+        manifest = json.loads(manifest_path.read_text())
+        if (manifest.get("format") != FORMAT or manifest["tasks"]["sha256"] != wanted
+                or manifest["max_tokens"] != max_tokens or manifest["engine"]["vllm"] != vllm_version
+                or manifest["target"]["files_sha256"] != target_files_sha256(target)):
+            continue
+        try:
+            verify(manifest_path.parent, messages=messages)
+        except ShardError:
+            continue  # incomplete (still being built) or damaged: the engine answers instead
+        return manifest_path.parent
+    return None
+
+
 def _check_resumable(existing: dict, header: dict, folder: Path) -> None:
     for key in ("format", "recipe", "tasks", "target", "engine", "max_tokens", "shard_tasks"):
         if existing.get(key) != header.get(key):

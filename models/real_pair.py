@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from models import cache, layout, smollm2
+from models import answer_shards, cache, layout, smollm2
 from models.pair import ModelPair, cached, drafter_config
 from models.trainer import coding_tasks, distill, serving_check
 from models.trainer.train_drafters import DrafterTraining
@@ -144,10 +144,21 @@ def _samples_root(recipe: DataRecipe, target: Path) -> Path:
 
 
 def samples(recipe: DataRecipe, target: Path, *, log=_log_default) -> Path:
-    """Step 2: the folder holding samples.jsonl for this recipe's tasks."""
+    """Step 2: the folder holding samples.jsonl for this recipe's tasks: from the answers committed in
+    models/answers when they answer exactly these tasks with this target and engine, else answered by vLLM."""
+    import vllm
+
     root = _samples_root(recipe, target)
     if not (root / distill.SAMPLES).is_file():
         messages = training_messages(recipe)
+        shards = answer_shards.committed(messages, max_tokens=recipe.max_tokens, target=target,
+                                         vllm_version=vllm.__version__)
+        if shards is not None:
+            log(f"step: the target's answers to {len(messages)} coding tasks from the committed shards in "
+                f"models/answers/{shards.name} -> {root.name}")
+            cache.publish(root, lambda folder: answer_shards.samples(shards, folder, messages=messages),
+                          prefix="distill-samples-build-")
+            return root
         log(f"step: the target answers {len(messages)} coding tasks (vLLM, greedy, fp32) -> {root.name}")
         cache.publish(root, lambda folder: distill.generate(target, messages, folder, max_tokens=recipe.max_tokens,
                                                             log=log), prefix="distill-samples-build-")
