@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+
+from models.smollm2 import sha256 as file_sha256
 
 ANSWERS_DIR = Path(__file__).resolve().parent / "answers"
 MANIFEST = "manifest.json"
@@ -45,14 +46,6 @@ class ShardError(RuntimeError):
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def tasks_sha256(messages: Sequence[list[dict]]) -> str:
@@ -225,6 +218,7 @@ def generate(folder: Path, header: Header, target: Path, messages: Sequence[list
              log: Callable[[str], None] = print) -> dict:
     """Answer every missing shard (vLLM in a child process), each written and listed as it lands."""
     from models.cpu_engine import cpu_engine_environment
+    from models.trainer import distill
 
     header_json = header.as_json()
     existing = read_manifest(folder)
@@ -247,17 +241,15 @@ def generate(folder: Path, header: Header, target: Path, messages: Sequence[list
         # 100 answers at once need about 3 GiB of KV cache (46 KB a token on this target).
         base = {"VLLM_CPU_KVCACHE_SPACE": "4", **os.environ}
         env = {**cpu_engine_environment(base), "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
-               "PEAGLE_FUSED_DRAFT": "0"}
-        proc = subprocess.Popen([sys.executable, "-m", "models.answer_shards", "_child", str(request)],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        tail: list[str] = []
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("answers:"):
-                log(line.rstrip())
-            tail = (tail + [line])[-40:]
-        if proc.wait() != 0:
-            raise ShardError(f"generation failed (exit {proc.returncode}):\n{''.join(tail)}")
+               "PEAGLE_FUSED_DRAFT": "0",
+               # A niced job on a busy machine can wait minutes for one engine step: vLLM's default RPC timeout
+               # killed a run here at shard 14 (measured 2026-12-03); a stalled step is not a failed one.
+               "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": os.environ.get("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")}
+        try:
+            distill.run_child(["models.answer_shards", "_child", str(request)], env=env, prefix="answers:", log=log,
+                              what="generation")
+        except RuntimeError as exc:
+            raise ShardError(str(exc)) from None
     return verify(folder, messages=messages)
 
 

@@ -44,17 +44,24 @@ def generate(target: Path, messages: Sequence[list[dict]], out: Path, *, max_tok
     # held it to about 64 sequences at once.
     base = {"VLLM_CPU_KVCACHE_SPACE": "4", **os.environ}
     env = {**cpu_engine_environment(base), "PYTHONPATH": str(REPO_ROOT), "PEAGLE_FUSED_DRAFT": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "models.trainer.distill", str(request), str(out / SAMPLES)],
-                            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run_child(["models.trainer.distill", str(request), str(out / SAMPLES)], env=env, prefix="distill:", log=log,
+              what="generation")
+    return out / SAMPLES
+
+
+def run_child(module_args: Sequence[str], *, env: dict[str, str], prefix: str, log=print, what: str) -> None:
+    """``python -m <module_args>`` from the repository root, its lines starting with ``prefix`` passed to ``log``;
+    RuntimeError with the child's last 40 lines when it fails (a vLLM engine says why only at the end)."""
+    proc = subprocess.Popen([sys.executable, "-m", *module_args], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     tail: list[str] = []
     assert proc.stdout is not None
     for line in proc.stdout:
-        if line.startswith("distill:"):
+        if line.startswith(prefix):
             log(line.rstrip())
         tail = (tail + [line])[-40:]
     if proc.wait() != 0:
-        raise RuntimeError(f"generation failed (exit {proc.returncode}):\n{''.join(tail)}")
-    return out / SAMPLES
+        raise RuntimeError(f"{what} failed (exit {proc.returncode}):\n{''.join(tail)}")
 
 
 def _generate_child(request_path: str, samples_path: str) -> int:
