@@ -15,7 +15,12 @@ It speaks the two operations' wire format as botocore's service model describes 
 - several endpoints may share the one backend (``endpoints``: name -> its inference component or None);
 - for an endpoint of inference components, a request must name that component in
   ``X-Amzn-SageMaker-Inference-Component`` (botocore's header for ``InferenceComponentName``); without it,
-  or naming another, a ``ValidationError`` (our wording: SageMaker's own is not documented).
+  or naming another, a ``ValidationError`` (our wording: SageMaker's own is not documented);
+- a body over SageMaker's payload limit (botocore's ``BodyBlob`` maximum, 6 MiB) is refused with a
+  ``ValidationError`` before it is read, as SageMaker refuses it: the container never sees one;
+- with ``ping_every_s``, it health-checks the container as SageMaker does: ``GET /ping`` with SageMaker's 2 s
+  timeout, every answer recorded (``pings``; ``ping_failures`` those that were late or not 200) - a container
+  that misses it would be replaced.
 Requests are not signed-checked (credentials are fake on loopback). Only 127.0.0.1 is listened on.
 """
 
@@ -26,6 +31,7 @@ import re
 import struct
 import sys
 import threading
+import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Mapping
@@ -40,6 +46,18 @@ VARIANT = "AllTraffic"
 COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 # SageMaker's own answer limit for InvokeEndpoint; the stream has a longer one.
 INVOKE_TIMEOUT_S, STREAM_TIMEOUT_S = 60.0, 600.0
+PING_TIMEOUT_S = 2.0  # SageMaker's health check waits this long for /ping
+
+
+def _payload_limit() -> int:
+    """InvokeEndpoint's body limit, from botocore's service model (the API's own figure, not ours)."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker-runtime")
+    return int(model.shape_for("BodyBlob").metadata["max"])
+
+
+MAX_PAYLOAD_BYTES = _payload_limit()
 
 
 def _header(name: str, value: str) -> bytes:
@@ -88,6 +106,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         match = _PATH.match(self.path.split("?", 1)[0])
         length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_PAYLOAD_BYTES:
+            self.close_connection = True  # the body is never read, so this connection cannot carry another
+            self._error(400, "ValidationError", {"message": (
+                "1 validation error detected: Value at 'body' failed to satisfy constraint: Member must have "
+                f"length less than or equal to {MAX_PAYLOAD_BYTES}")})
+            return
         body = self.rfile.read(length) if length else b""
         if not match:
             self._error(404, "UnknownOperationException", {"message": f"no operation at {self.path}"})
@@ -178,11 +202,33 @@ class FrontDoor(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, *, backend: str, endpoints: Mapping[str, str | None], port: int | None = None) -> None:
+    def __init__(self, *, backend: str, endpoints: Mapping[str, str | None], port: int | None = None,
+                 ping_every_s: float | None = None) -> None:
         super().__init__(("127.0.0.1", port or free_port()), _Handler)
         self.backend, self.endpoints = backend.rstrip("/"), dict(endpoints)
         self.last_route: tuple[str, str | None] | None = None
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+        # (seconds it took, or None past SageMaker's timeout; HTTP status or 0) per health check.
+        self.pings: list[tuple[float | None, int]] = []
+        self._ping_every_s = ping_every_s
+        self._stop_pings = threading.Event()
+        self._pinger = threading.Thread(target=self._health_checks, daemon=True)
+
+    @property
+    def ping_failures(self) -> list[tuple[float | None, int]]:
+        return [(took, status) for took, status in self.pings if took is None or status != 200]
+
+    def _health_checks(self) -> None:
+        with httpx.Client(timeout=PING_TIMEOUT_S) as client:
+            while not self._stop_pings.wait(self._ping_every_s):
+                started = time.monotonic()
+                try:
+                    status = client.get(self.backend + "/ping").status_code
+                    self.pings.append((time.monotonic() - started, status))
+                except httpx.TimeoutException:
+                    self.pings.append((None, 0))
+                except httpx.HTTPError:
+                    self.pings.append((time.monotonic() - started, 0))
 
     @property
     def url(self) -> str:
@@ -190,9 +236,12 @@ class FrontDoor(ThreadingHTTPServer):
 
     def __enter__(self) -> "FrontDoor":
         self._thread.start()
+        if self._ping_every_s:
+            self._pinger.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stop_pings.set()
         self.shutdown()
         self.server_close()
 

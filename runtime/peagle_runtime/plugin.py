@@ -9,12 +9,13 @@ Switch ``PEAGLE_FUSED_DRAFT``:
   "0"              off: vLLM's path.
   "1"              on, unchecked. On a machine without CUDA this also needs TRITON_INTERPRET=1 (the Triton
                    interpreter is then what runs the kernel: for tests, not for speed).
-  "auto" / unset   on a CUDA platform, each proposer first proves the kernel on this device: before its first
-                   draft it builds representative batches (up to max_num_seqs requests, its K, hidden size and
-                   dtype) with vLLM's own method and with the kernel, compares them byte for byte
-                   (peagle_runtime.kernels.self_check) and uses the kernel only when they agree; any exception
-                   there leaves vLLM's path in place. The decision is one JSON line in the log
-                   (``"event": "peagle.fused_draft"``). Elsewhere a silent no-op.
+  "auto" / unset   decided before vLLM starts, by the image's entrypoint: the kernel proves itself once, in a
+                   child process, against vLLM's own build on decode, prefill and mixed batches at the batch
+                   limit (peagle_runtime.kernels.start_check), and vLLM is started with "1" or "0" - one JSON
+                   log line (``"event": "peagle.fused_draft"``) says which and why. When the plugin itself meets
+                   "auto" (vLLM started some other way) it leaves vLLM's path in place: on a CUDA platform with
+                   one log line saying so, elsewhere silently. Nothing is ever checked inside the engine, where
+                   a device fault would take the engine (and its fallback) down with it.
 Only vLLM 0.32.0 is patched (the method's contract is version specific): any other version gets one log line
 and vLLM's path.
 
@@ -51,7 +52,7 @@ LOG_EVERY = 1000
 # A child of vLLM's logger, so lines come out in the server's format.
 logger = logging.getLogger("vllm.peagle_fused_draft")
 
-_state: dict[str, Any] = {"original": None, "checked": False, "calls": 0, "rows": 0, "verified": 0,
+_state: dict[str, Any] = {"original": None, "calls": 0, "rows": 0, "verified": 0,
                           "mismatches": 0, "past_end_rows": 0, "rejected_rows": 0, "max_live_position": -1}
 DECISION_EVENT = "peagle.fused_draft"
 
@@ -79,10 +80,12 @@ def _decide() -> tuple[bool, str | None]:
     if release(version) != SUPPORTED_VLLM:
         return False, (f"peagle fused draft: not installed, written for vLLM {SUPPORTED_VLLM} and this is "
                        f"vLLM {version}; vLLM's own parallel-draft input path stays in place")
+    if switch == "auto":
+        return False, (f"peagle fused draft: not installed, {ENV_SWITCH}=auto is decided at container start by the "
+                       "image's entrypoint (peagle_runtime.kernels.start_check), which did not run; vLLM's own "
+                       "parallel-draft input path stays in place") if current_platform.is_cuda() else None
     if current_platform.is_cuda():
         return True, None
-    if switch == "auto":
-        return False, None
     if os.environ.get("TRITON_INTERPRET") != "1":
         return False, (f"peagle fused draft: not installed, {ENV_SWITCH}=1 without CUDA needs "
                        "TRITON_INTERPRET=1 (Triton has no CPU backend here)")
@@ -99,7 +102,6 @@ def register() -> None:
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
     current = SpecDecodeBaseProposer.set_inputs_first_pass
-    _state["checked"] = switch_value() == "auto"
     if getattr(current, "__peagle_fused__", False):
         return
     _state["original"] = current
@@ -148,40 +150,12 @@ def _fused_set_inputs_first_pass(
                 num_rejected_tokens_gpu=num_rejected_tokens_gpu)
     if not _applies(self):
         return _state["original"](self, **args)
-    if _state["checked"] and not _proven(self):
-        return _state["original"](self, **args)
     if os.environ.get(ENV_VERIFY) == "1":
         result = _fused_checked_against_vllm(self, args)
     else:
         result = _fused_build(self, **args)
     _count(result[0])
     return result
-
-
-def _proven(proposer: Any) -> bool:
-    """Whether the kernel agreed with vLLM's own build on this proposer's device (checked once, then kept)."""
-    decision = getattr(proposer, "_peagle_fused_decision", None)
-    if decision is None:
-        decision = {"event": DECISION_EVENT, "pid": os.getpid()}
-        try:
-            import torch
-
-            from peagle_runtime.kernels.draft_io import DraftSpec
-            from peagle_runtime.kernels.self_check import agrees_with_vllm
-
-            spec = DraftSpec(num_slots=proposer.extra_slots_per_request, mask_token_id=proposer.parallel_drafting_token_id,
-                             block_size=proposer.block_size, max_model_len=proposer.max_model_len)
-            hidden = proposer.hidden_states
-            max_num_seqs = int(getattr(proposer, "max_batch_size", 0) or 8)
-            result = agrees_with_vllm(_state["original"], _fused_build, spec=spec,
-                                      hidden_size=int(hidden.shape[-1]), dtype=hidden.dtype,
-                                      device=torch.device(proposer.device), max_num_seqs=max_num_seqs)
-            decision.update(result, use="fused" if result["agree"] else "vllm")
-        except Exception as exc:  # noqa: BLE001 - whatever went wrong, vLLM's own path stays
-            decision.update(agree=False, use="vllm", error=f"{type(exc).__name__}: {exc}"[:300])
-        proposer._peagle_fused_decision = decision
-        logger.info("%s", json.dumps(decision))
-    return decision["use"] == "fused"
 
 
 def _fused_build(

@@ -13,6 +13,7 @@ import uuid
 from peagle_contract.request_log import STATUS_ABORTED, STATUS_CLIENT_GONE, STATUS_STREAM_ERROR
 
 _USAGE_KEY = b',"usage":{'  # as vLLM's serializer writes it: no spaces
+MAX_ID_CHARS = 128
 
 
 def _generated(choice: dict) -> bool:
@@ -181,7 +182,9 @@ class ResponseMeasure:
         usage = self.latest_usage() or {}
         output_tokens = int(usage.get("completion_tokens") or 0)
         rec: dict[str, object] = {
-            "request_id": str(self.request_id or uuid.uuid4().hex),
+            # vLLM's id (the client's request_id is bounded before vLLM sees it); cut all the same, since a line past
+            # CloudWatch's event size is split and its metric filters would drop the request.
+            "request_id": str(self.request_id or uuid.uuid4().hex)[:MAX_ID_CHARS],
             "route": self.route,
             "stream": self.stream,
             "status": self.outcome(client_gone=client_gone, shut_down=shut_down),
@@ -200,14 +203,17 @@ class ResponseMeasure:
         return rec
 
     def _tpot(self, *, e2e: float, ttft: float, output_tokens: int) -> float | None:
+        """On the engine's clock (vLLM's per-request decode time) wherever vLLM reports it: a whole body's text leaves
+        only at its end, and a stream's pace on the server's clock is the reader's to set - a client that reads
+        slowly holds each send, so a TPOT timed here would be the client's, and one client could move the
+        rollback alarm that reads it. A stream without vLLM's figures (cut short) falls back to the server's clock."""
         if output_tokens <= 1:
             return None
-        if self.stream:
-            return max(e2e - ttft, 0.0) / (output_tokens - 1)  # the server's clock: both ends seen here
-        # Nothing of a whole body leaves before its end: its decode time is the engine's, on the engine's clock.
         metrics = self.metrics or {}
         decode = metrics.get("generation_time_ms")
         if isinstance(decode, (int, float)) and not isinstance(decode, bool) and decode >= 0:
             return float(decode) / (output_tokens - 1)
         itl = metrics.get("mean_itl_ms")
-        return float(itl) if isinstance(itl, (int, float)) and not isinstance(itl, bool) and itl >= 0 else None
+        if isinstance(itl, (int, float)) and not isinstance(itl, bool) and itl >= 0:
+            return float(itl)
+        return max(e2e - ttft, 0.0) / (output_tokens - 1) if self.stream else None

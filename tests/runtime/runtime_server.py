@@ -4,6 +4,7 @@ CPU) plus what only tests need: counting drafter passes and the figures reported
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,3 +64,17 @@ class RuntimeServer(LocalRuntime):
 
     def drafter_calls(self) -> int:
         return self.drafter_calls_path.stat().st_size
+
+
+def read_response_head(sock: socket.socket) -> bytes:
+    """Read from ``sock`` until the end of an HTTP response's head (or the connection's end), then close it."""
+    response = b""
+    try:
+        while b"\r\n\r\n" not in response:
+            part = sock.recv(65536)
+            if not part:
+                break
+            response += part
+    finally:
+        sock.close()
+    return response

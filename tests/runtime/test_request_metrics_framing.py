@@ -219,9 +219,7 @@ def _shutdown_run(validator, monkeypatch, *, vllm_ends_it: str | None):
     """A stream under way when SIGTERM comes (the middleware's event set as its signal handler does). vLLM
     ends the stream itself - its abort (a last event with finish_reason "abort") or, its engine stopped
     under it, its engine-dead error event, then [DONE] - or, when neither reaches the server, never does."""
-    import peagle_runtime.shutdown as shutdown
-
-    monkeypatch.setattr(shutdown, "SHUTDOWN_GRACE_S", 0.2)
+    monkeypatch.setenv("PEAGLE_DRAIN_SECONDS", "1")
     lines: list[str] = []
     sent: list[dict] = []
 
@@ -261,7 +259,7 @@ def _shutdown_run(validator, monkeypatch, *, vllm_ends_it: str | None):
         served = asyncio.ensure_future(middleware(scope, receive, send))
         while not any(m["type"] == "http.response.body" and m.get("body") for m in sent):
             await asyncio.sleep(0.01)
-        middleware.shutting_down.set()
+        middleware.drain.begin()
         if vllm_ends_it:
             vllm_aborts.set()
         await asyncio.wait_for(served, timeout=5)
@@ -286,3 +284,163 @@ def test_sigterm_ends_every_open_stream_and_logs_it_aborted(validator, monkeypat
         assert events[-2]["error"]["code"] == 503 and "shutting down" in events[-2]["error"]["message"]
     assert all("usage" not in e for e in events if isinstance(e, dict))  # the client did not ask for usage
     assert rec["status"] == 503 and rec["output_tokens"] == 2 and rec["stream"] is True
+
+
+# -- issue 30: what a hostile client moves, and what the drain does, without an engine ------------------------
+
+
+def _slow_reader_run(validator) -> tuple[dict, float]:
+    """A stream whose client takes 50 ms to read each message (its send blocks that long, as a full socket
+    does); vLLM's last usage event says the engine decoded the 3 tokens in 10 ms."""
+    lines: list[str] = []
+
+    async def app_stream(request: Request):
+        await request.json()
+        data = _events({"include_usage": True, "continuous_usage_stats": True})
+        data = data.replace(b'"metrics":{', b'"metrics":{"generation_time_ms":10.0,')
+
+        async def pieces():
+            for event in data.split(b"\n\n")[:-1]:
+                yield event + b"\n\n"
+
+        return StreamingResponse(pieces(), media_type="text/event-stream")
+
+    middleware = RequestMetricsMiddleware(Starlette(routes=[Route("/invocations", app_stream, methods=["POST"])]),
+                                          validator=validator, emit=lines.append)
+    body = json.dumps({"prompt": "x", "stream": True}).encode()
+    scope = {"type": "http", "method": "POST", "path": "/invocations", "headers": [(b"content-type", b"application/json")]}
+
+    async def scenario():
+        delivered = asyncio.Event()
+
+        async def receive():
+            if not delivered.is_set():
+                delivered.set()
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.Event().wait()
+
+        async def slow_send(message):
+            if message["type"] == "http.response.body":
+                await asyncio.sleep(0.05)
+
+        await middleware(scope, receive, slow_send)
+
+    asyncio.run(scenario())
+    (rec,) = [parse_line(line) for line in lines]
+    return rec, (rec["e2e_ms"] - rec["ttft_ms"]) / (rec["output_tokens"] - 1)
+
+
+def test_a_slow_reader_does_not_move_the_logged_time_per_token(validator):
+    """TPOT is the rollback alarm's signal: on the server's clock, a client reading slowly would set it."""
+    rec, reader_pace = _slow_reader_run(validator)
+    assert reader_pace > 40  # the stream went at the reader's pace ...
+    assert rec["tpot_ms"] == pytest.approx(10.0 / 2)  # ... the line says what the engine took
+
+
+async def _call(middleware, scope: dict, chunks: list[bytes], *, between=None) -> list[dict]:
+    """Drive one request through the middleware: the body in ``chunks``, ``between`` awaited after the first."""
+    sent: list[dict] = []
+    queue = list(chunks)
+
+    async def receive():
+        if queue:
+            chunk = queue.pop(0)
+            if between is not None and len(queue) == len(chunks) - 1:
+                await between()
+            return {"type": "http.request", "body": chunk, "more_body": bool(queue)}
+        await asyncio.Event().wait()
+
+    async def send(message):
+        sent.append(message)
+
+    await asyncio.wait_for(middleware(scope, receive, send), timeout=10)
+    return sent
+
+
+def _answer(sent: list[dict]) -> tuple[int, dict, dict]:
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, json.loads(body)
+
+
+def _scope(path: str = "/invocations", headers: list | None = None, method: str = "POST") -> dict:
+    return {"type": "http", "method": method, "path": path,
+            "headers": headers if headers is not None else [(b"content-type", b"application/json")]}
+
+
+def test_a_body_still_being_read_when_sigterm_comes_gets_503_with_retry_after_at_once(validator):
+    """The drain takes nothing new: a request whose body is still arriving is answered 503 + Retry-After the moment
+    the drain begins, not read on (and not left outside the shutdown's bound); so is one arriving later, and /ping."""
+    middleware = RequestMetricsMiddleware(APP, validator=validator, emit=lambda line: None)
+
+    async def scenario():
+        async def sigterm():
+            middleware.drain.begin()
+            await asyncio.sleep(0)
+
+        mid_body = await _call(middleware, _scope(), [b'{"prompt": ', b'"x"}'], between=sigterm)
+        later = await _call(middleware, _scope(), [b'{"prompt": "x"}'])
+        ping = await _call(middleware, _scope("/ping", method="GET"), [b""])
+        return mid_body, later, ping
+
+    for sent in asyncio.run(scenario()):
+        status, headers, body = _answer(sent)
+        assert status == 503 and headers["retry-after"] == "1" and body["error"]["code"] == 503
+
+
+def test_ping_is_unhealthy_until_a_check_worker_is_ready(validator):
+    class Starting:
+        def ready(self) -> bool:
+            return False
+
+    middleware = RequestMetricsMiddleware(APP, validator=validator, emit=lambda line: None)
+    middleware.checks = Starting()
+    status, _, body = _answer(asyncio.run(_call(middleware, _scope("/ping", method="GET"), [b""])))
+    assert status == 503 and "starting" in body["error"]["message"]
+
+
+def _refusing_app(status: int, message: str, param: str | None = None) -> Starlette:
+    async def refuse(request: Request):
+        await request.json()
+        return JSONResponse({"error": {"message": message, "type": "BadRequestError", "param": param, "code": status}},
+                            status_code=status)
+
+    return Starlette(routes=[Route("/invocations", refuse, methods=["POST"])])
+
+
+def test_vllms_own_refusal_that_quotes_a_whole_value_is_cut(validator):
+    """vLLM quotes the value it refuses (50,000 bad words came back as 540 KB): its message is cut to its start."""
+    quoted = "Too many bad words (parameter=bad_words, value=[" + ", ".join(f"'w{i}'" for i in range(50_000)) + "])"
+    middleware = RequestMetricsMiddleware(_refusing_app(400, quoted, "bad_words"), validator=validator,
+                                          emit=lambda line: None)
+    sent = asyncio.run(_call(middleware, _scope(), [json.dumps({"prompt": "x"}).encode()]))
+    status, headers, body = _answer(sent)
+    assert status == 400 and int(headers["content-length"]) < 1024
+    assert body["error"]["message"].startswith("Too many bad words") and body["error"]["param"] == "bad_words"
+
+
+@pytest.mark.parametrize("grammar", [True, False], ids=["with-a-grammar", "without"])
+def test_the_engine_failing_on_a_requests_grammar_is_a_400_naming_the_field(validator, grammar):
+    """vLLM answers 500 "Internal server error" when the engine ends a request with an error; on a request that
+    carries a grammar the grammar did it (a client's input, which must not count against the 5xx alarm). Without
+    one, the 500 stands: that is a server fault."""
+    middleware = RequestMetricsMiddleware(_refusing_app(500, "Internal server error"), validator=validator,
+                                          emit=lambda line: None)
+    body = {"prompt": "x", **({"structured_outputs": {"regex": "[a-z]+"}} if grammar else {})}
+    status, _, answer = _answer(asyncio.run(_call(middleware, _scope(), [json.dumps(body).encode()])))
+    if grammar:
+        assert status == 400 and answer["error"]["param"] == "structured_outputs"
+    else:
+        assert status == 500
+
+
+@pytest.mark.parametrize("headers, status, param", [
+    ([(b"content-type", b"application/json"), (b"x-big", b"h" * (2 * 1024 * 1024))], 431, None),
+    ([(b"content-type", b"application/json")] + [(b"x-h%d" % i, b"v") for i in range(200)], 431, None),
+    ([(b"content-type", b"application/json"), (b"x-vllm-priority", b"-9")], 400, "header x-vllm-priority"),
+    ([(b"content-type", b"application/json"), (b"x-request-id", b"a" * 65)], 400, "x-request-id"),
+], ids=["2-mib-header", "200-headers", "priority-header", "long-request-id"])
+def test_headers_are_bounded_and_levers_in_them_refused_before_the_body_is_read(validator, headers, status, param):
+    middleware = RequestMetricsMiddleware(APP, validator=validator, emit=lambda line: None)
+    got, _, body = _answer(asyncio.run(_call(middleware, _scope(headers=headers), [b'{"prompt": "x"}'])))
+    assert (got, body["error"]["param"]) == (status, param)

@@ -1,11 +1,12 @@
-"""A second P-EAGLE engine with another K: one drafter pass per step again, then SIGTERM mid-stream with
-SageMaker's own bound (SIGKILL 30 s after SIGTERM); a third whose engine core dies under it."""
+"""A second P-EAGLE engine with another K: one drafter pass per step again, then SIGTERM with streams open
+(the drain, inside SageMaker's own bound: SIGKILL 30 s after SIGTERM); a third whose engine core dies under it."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -14,19 +15,20 @@ import httpx
 import pytest
 
 from harness import spec_metrics
-from runtime_server import FIGURES, RuntimeServer
+from runtime_server import FIGURES, RuntimeServer, read_response_head
 
 pytestmark = pytest.mark.engine
 
 K = 7
+DRAIN_S = 6  # the fixture's drain budget (PEAGLE_DRAIN_SECONDS); SageMaker's default here is 20 s
 
 
 @pytest.fixture(scope="module")
 def server_k7(tiny_pair, tmp_path_factory):
-    # Long enough for a stream that outlives the shutdown grace at any speed this machine runs the tiny
+    # Long enough for a stream that outlives the drain budget at any speed this machine runs the tiny
     # model (its RoPE config says 2048, which vLLM would otherwise hold it to).
     srv = RuntimeServer(target=tiny_pair.target, drafter=tiny_pair.drafter, k=K, max_model_len=8192,
-                        extra_env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
+                        extra_env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "PEAGLE_DRAIN_SECONDS": str(DRAIN_S)},
                         log_dir=tmp_path_factory.mktemp("k7"), name="peagle-k7", count_drafter_calls=True)
     try:
         yield srv.start().wait_ready()
@@ -50,60 +52,85 @@ def test_one_drafter_pass_per_step_at_k7(server_k7):
 
 SAGEMAKER_KILL_AFTER_S = 30  # SageMaker sends SIGKILL this long after SIGTERM
 EXIT_WITHIN_S = 25
+JSON = {"content-type": "application/json"}
 
 
-def test_sigterm_mid_stream_ends_the_stream_cleanly_and_exits_within_sagemakers_bound(server_k7):
-    """An 8000-token stream when SIGTERM comes: it is aborted (the entrypoint's abort mode; the middleware
-    ends it after its grace when vLLM's abort never arrives), the client still gets a clean end ([DONE]), the
-    request still gets its line (status 503, the tokens it had), and the process exits 0 well inside
-    SageMaker's 30 s."""
-    events: list[str] = []
-    errors: list[BaseException] = []
-    first_event = threading.Event()
+def _stream(base: str, body: dict, events: list[str], errors: list[BaseException], first: threading.Event) -> None:
+    try:
+        with httpx.Client(timeout=120) as client, client.stream("POST", base + "/invocations", json=body) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line[6:])
+                    first.set()
+    except BaseException as exc:  # noqa: BLE001 - reported by the test
+        errors.append(exc)
+    finally:
+        first.set()
+
+
+def test_sigterm_drains_what_fits_the_budget_ends_the_rest_and_exits_before_sagemakers_kill(server_k7):
+    """SIGTERM with two streams open and a third request still uploading its body: the request not yet started
+    is answered 503 + Retry-After at once, and so is one arriving during the drain; the short stream (about a
+    third of the budget's worth of tokens) completes normally; the 8000-token stream runs until the budget ends,
+    then ends with an error event and [DONE], its line says aborted (503) with the tokens it had, one stderr line
+    says so; the process exits 0 soon after the budget, well inside SageMaker's 30 s."""
+    # The engine's pace now (the machine's load moves it): the short stream is sized to finish well inside.
+    t0 = time.monotonic()
+    r = httpx.post(server_k7.base + "/invocations", json={"prompt": "Once upon a time", "max_tokens": 200,
+                                                           "ignore_eos": True}, timeout=120)
+    pace = 200 / (time.monotonic() - t0)
+    assert pace * DRAIN_S < 6000, f"{pace:.0f} tokens/s: the 8000-token stream would fit the budget"
+    short_tokens = max(20, int(pace * DRAIN_S / 3))
     before = {rec["request_id"] for rec in server_k7.request_lines()}
 
-    def stream() -> None:
-        try:
-            body = {"prompt": "Once upon a time", "max_tokens": 8000, "ignore_eos": True, "stream": True}
-            with httpx.Client(timeout=120) as client, client.stream("POST", server_k7.base + "/invocations", json=body) as r:
-                assert r.status_code == 200
-                for line in r.iter_lines():
-                    if line.startswith("data: "):
-                        events.append(line[6:])
-                        first_event.set()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test below
-            errors.append(exc)
-        finally:
-            first_event.set()
+    streams = {name: ([], [], threading.Event()) for name in ("short", "long")}
+    readers = [threading.Thread(target=_stream, args=(server_k7.base, {
+        "prompt": "Once upon a time", "max_tokens": tokens, "ignore_eos": True, "stream": True}, *streams[name]))
+        for name, tokens in (("long", 8000), ("short", short_tokens))]
+    for reader in readers:
+        reader.start()
+    assert all(first.wait(120) for _, _, first in streams.values())
+    uploading = socket.create_connection(("127.0.0.1", server_k7.port), timeout=30)
+    uploading.sendall(b"POST /invocations HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                      b"content-length: 40\r\n\r\n{\"prompt\": ")
+    time.sleep(0.3)
 
-    reader = threading.Thread(target=stream)
-    reader.start()
-    assert first_event.wait(120)
     server_k7.proc.send_signal(signal.SIGTERM)
-    t0 = time.monotonic()
-    reader.join(SAGEMAKER_KILL_AFTER_S)
-    assert not reader.is_alive()
+    sigterm = time.monotonic()
+    refused_mid_body = read_response_head(uploading)
+    time.sleep(0.5)
+    arriving = httpx.post(server_k7.base + "/invocations", json={"prompt": "x", "max_tokens": 2}, timeout=10)
+    for reader in readers:
+        reader.join(SAGEMAKER_KILL_AFTER_S)
     code = server_k7.proc.wait(SAGEMAKER_KILL_AFTER_S)
-    took = time.monotonic() - t0
-    FIGURES["SIGTERM mid-stream"] = f"exit {code} after {took:.1f} s, {len(events) - 1} events, last {events[-1][:20]!r}"
+    took = time.monotonic() - sigterm
+
+    short_events, short_errors, _ = streams["short"]
+    long_events, long_errors, _ = streams["long"]
+    FIGURES["SIGTERM drain"] = (f"budget {DRAIN_S} s: {short_tokens}-token stream completed; 8000-token stream ended "
+                                f"after {len(long_events) - 2} events; exit {code} after {took:.1f} s")
     assert code == 0, server_k7.tail()
     assert took < EXIT_WITHIN_S, took
-    assert not errors, f"the stream broke: {errors!r}"
-    assert events and events[-1] == "[DONE]", events[-3:]
-    chunks = [json.loads(e) for e in events[:-1]]
-    # Cut by the shutdown, not finished. vLLM 0.32 stops the engine at once in abort mode, so three endings
-    # were seen: vLLM's abort event (the engine's abort reached the server), vLLM's engine-dead error event
-    # (500), or the middleware's 503 error event (neither arrived within its grace).
-    last = chunks[-1]
-    if "error" in last:
-        assert last["error"]["code"] in (500, 503), last
-        FIGURES["SIGTERM mid-stream"] += (", ended by the middleware" if last["error"]["code"] == 503
-                                          else ", ended by vLLM's engine-dead error event")
-    else:
-        assert last["choices"][0].get("finish_reason") == "abort", chunks[-3:]
-        FIGURES["SIGTERM mid-stream"] += ", ended by vLLM's abort"
-    (rec,) = [r for r in server_k7.request_lines() if r["request_id"] not in before]
-    assert rec["status"] == 503 and 0 < rec["output_tokens"] < 8000, rec
+    assert refused_mid_body.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in refused_mid_body.lower()
+    assert arriving.status_code == 503 and arriving.headers["retry-after"] == "1"
+    assert not short_errors and not long_errors, (short_errors, long_errors)
+    # The short stream completed: a finish reason of its own, no error.
+    assert short_events[-1] == "[DONE]"
+    short_chunks = [json.loads(e) for e in short_events[:-1]]
+    assert short_chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert not any("error" in c for c in short_chunks)
+    # The long one ran until the budget ended, then got the drain's error event.
+    assert long_events[-1] == "[DONE]"
+    last = json.loads(long_events[-2])
+    assert last["error"]["code"] == 503 and "shutting down" in last["error"]["message"], last
+    lines = {rec["request_id"]: rec for rec in server_k7.request_lines() if rec["request_id"] not in before}
+    short_line = lines[short_chunks[0]["id"]]
+    long_line = lines[json.loads(long_events[0])["id"]]
+    assert short_line["status"] == 200 and short_line["output_tokens"] == short_tokens
+    assert long_line["status"] == 503 and short_tokens < long_line["output_tokens"] < 8000, long_line
+    assert "aborted: still open when the 6 s budget after SIGTERM ran out" in server_k7.tail(200)
+    assert DRAIN_S - 1 < took, took  # it drained rather than cutting at once
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,20 @@ observability publishes vLLM's own metrics, read by PromQL alarms (:mod:`peagle_
 
 Which alarms roll a deployment back. SageMaker's guardrails take "CloudWatch alarms ... configured to
 monitor metrics on an endpoint" by name (AutoRollbackConfig, at most 10); they do not say PromQL alarms
-qualify, so the rollback set is metric alarms only, on the signals a healthy fleet never trips whatever its
-clients ask for: time to first token and time per output token (from the request lines), the 5XX and model
-error rates, and the drafter's acceptance rate - a falling acceptance rate is the P-EAGLE regression no
-AWS default watches. The PromQL alarms carry the same signals from vLLM's side and notify only.
+qualify, so the rollback set is metric alarms only - and only on signals that a healthy fleet never trips and
+that no client can move at will, since any client could otherwise roll back any deploy (:data:`ROLLBACK_SIGNALS`
+says why each one qualifies, :data:`PAGE_ONLY_SIGNALS` why the others only page):
+
+- the 5XX error rate: no client input answers 5xx (the image refuses it with a 4xx naming the field);
+- time per output token, on the engine's clock (vLLM's decode time per token, not the pace a client reads at),
+  against a threshold above the step time of plain decoding at the batch limit, so a client that defeats the
+  drafter (``temperature: 2``, random prompts) slows its own tokens to at most that step time and no further.
+
+Time to first token grows with the prompt a client sends and the queue a burst of clients makes; the model
+error rate counts every non-2xx, 4xx included (botocore's ModelError: "returned 4xx or 5xx error code"); the
+acceptance rate falls with sampling temperature and random prompts: each pages, none rolls back. The PromQL
+alarms carry the same signals from vLLM's side and notify only. A deploy without any rollback (a hotfix during
+an incident) is :mod:`peagle_constructs.break_glass`: the stack diff flags it.
 
 Acceptance: per request the runtime logs drafted and accepted token counts, so the dashboard plots the
 acceptance rate (accepted / drafted, summed over the period, so token-weighted) and the acceptance length
@@ -45,6 +55,24 @@ from peagle_constructs.security import limit_grants_to_aws_services
 from peagle_constructs.validation import check_duration, check_int, check_number, check_positive
 
 _FIELDS_BY_METRIC = {f.metric_name: f for f in METRIC_FIELDS}
+# The metric alarms that roll a deployment back, and why no client can move them at will.
+ROLLBACK_SIGNALS = {
+    "Invocation5XXErrorRate": "no client input answers 5xx: the image refuses what it cannot serve with a 4xx "
+                              "naming the field, and a drain refuses new requests only on an instance SageMaker is "
+                              "already taking out of service",
+    "TimePerOutputTokenP90": "the engine's own decode time per token (vLLM's per-request metrics), which a slow "
+                             "reader cannot stretch; its threshold sits above plain decoding's step time at the "
+                             "batch limit, so a client that defeats the drafter cannot reach it",
+}
+# The metric alarms that page without rolling back, and the client's lever on each.
+PAGE_ONLY_SIGNALS = {
+    "TimeToFirstTokenP90": "grows with the prompt a client sends (prefill) and with the queue a burst makes",
+    "InvocationModelErrorRate": "counts every non-2xx answer, 4xx included: any client sending bad requests "
+                                "moves it",
+    "AcceptanceRate": "falls with sampling temperature and with prompts unlike the drafter's training data: a "
+                      "client at temperature 2 drives it down at will",
+    "ModelLatencyP99": "grows with the tokens a client asks for",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +85,8 @@ class AlarmThresholds:
     """
 
     ttft_p90_ms: float = 2000.0
+    # Above plain decoding's step time at max_num_seqs and max_model_len (what a request gets when the drafter's
+    # guesses are all refused), so that no client can reach it by defeating the drafter; it rolls back.
     tpot_p90_ms: float = 100.0
     error_rate_percent: float = 5.0  # Invocation5XXErrors per invocation
     model_error_rate_percent: float = 5.0  # InvocationModelErrors per invocation
@@ -169,25 +199,26 @@ class EndpointMonitoring(InvocationMetrics, Construct):
 
     # -- alarms -------------------------------------------------------------------------------------
     def _request_alarms(self) -> None:
-        """The metric alarms: five that roll a deployment back, whole-request latency that notifies only."""
+        """The metric alarms: two that roll a deployment back (:data:`ROLLBACK_SIGNALS`), the others page only."""
         t = self.alarm_thresholds
         op = cloudwatch.ComparisonOperator
         self._metric_alarm("TimeToFirstTokenP90", self.metric_ttft(statistic="p90"), t.ttft_p90_ms,
-                           "TTFT p90 (ms) from the runtime's request lines is above the threshold", rollback=True)
+                           "TTFT p90 (ms) from the runtime's request lines is above the threshold; pages only "
+                           "(clients move it with prompt length and bursts)")
         self._metric_alarm("TimePerOutputTokenP90", self.metric_tpot(statistic="p90"), t.tpot_p90_ms,
-                           "time per output token p90 (ms) from the request lines is above the threshold",
-                           rollback=True)
+                           "time per output token p90 (ms, the engine's decode time) from the request lines is above "
+                           "the threshold")
         self._metric_alarm("Invocation5XXErrorRate", self.metric_error_rate("Invocation5XXErrors"),
                            t.error_rate_percent, "the share of requests answered with a 5xx error is above the threshold",
-                           rollback=True, comparison=op.GREATER_THAN_OR_EQUAL_TO_THRESHOLD)
+                           comparison=op.GREATER_THAN_OR_EQUAL_TO_THRESHOLD)
         self._metric_alarm("InvocationModelErrorRate", self.metric_error_rate("InvocationModelErrors"),
-                           t.model_error_rate_percent, "the share of requests the model container failed is above the "
-                           "threshold", rollback=True, comparison=op.GREATER_THAN_OR_EQUAL_TO_THRESHOLD)
+                           t.model_error_rate_percent, "the share of requests the container answered outside 2xx (4xx "
+                           "included) is above the threshold", comparison=op.GREATER_THAN_OR_EQUAL_TO_THRESHOLD)
         if t.acceptance_rate_min is not None:
             drafted = t.min_requests * self.num_speculative_tokens
             self._metric_alarm("AcceptanceRate", self.metric_acceptance_rate(min_drafted=drafted),
                                t.acceptance_rate_min, "the drafter's accepted share of draft tokens fell below the "
-                               "threshold (a drafter that no longer matches the target)", rollback=True,
+                               "threshold (a drafter that no longer matches the target)",
                                comparison=op.LESS_THAN_THRESHOLD)
         self._metric_alarm("ModelLatencyP99", self.metric_model_latency(statistic="p99"),
                            t.model_latency_p99_ms * 1000.0,  # ModelLatency is in microseconds
@@ -202,10 +233,11 @@ class EndpointMonitoring(InvocationMetrics, Construct):
         if rollback:
             self._rollback.append(alarm)
 
-    def _metric_alarm(self, id: str, metric: cloudwatch.IMetric, threshold: float, what: str, *, rollback: bool = False,
+    def _metric_alarm(self, id: str, metric: cloudwatch.IMetric, threshold: float, what: str, *,
                       comparison: cloudwatch.ComparisonOperator = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
                       ) -> None:
         t = self.alarm_thresholds
+        rollback = id in ROLLBACK_SIGNALS
         percentile = isinstance(metric, cloudwatch.Metric) and str(metric.statistic).lower().startswith("p")
         alarm = cloudwatch.Alarm(
             self, id, metric=metric, threshold=threshold, alarm_name=f"{self.alarm_name_prefix}{id}",

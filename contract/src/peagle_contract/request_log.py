@@ -9,9 +9,10 @@ How each field is measured (the runtime's middleware, in the container):
 - ``ttft_ms``: from the request's arrival to the moment the first generated text left the server - a
   stream's first event that carries text (a chat stream's role-only first event is not a token), a whole
   body's body. The metric reads completed streams only: a whole body's first text leaves with its last.
-- ``tpot_ms``: mean time per output token after the first, on one clock: a stream's
-  ``(e2e - ttft) / (output_tokens - 1)`` on the server's clock; a whole body's decode time / (tokens - 1) on
-  the engine's own clock (vLLM's per-request metrics), since nothing of it leaves the server earlier.
+- ``tpot_ms``: mean time per output token after the first, on the engine's own clock (vLLM's per-request decode
+  time / (tokens - 1)) for streams and whole bodies alike: on the server's clock a stream's pace is its reader's,
+  and one slow reader could move the alarm that reads it. Only a stream cut short before vLLM's figures arrive
+  falls back to ``(e2e - ttft) / (output_tokens - 1)`` on the server's clock.
 - ``e2e_ms``: from arrival to the last byte sent (or to the moment the request was cut short).
 - token counts: vLLM's usage (for a cut-short stream, its usage when it was cut: tokens produced until then).
 - ``status``: the HTTP status of a completed request, or what cut it short: :data:`STATUS_CLIENT_GONE` when

@@ -1,11 +1,16 @@
 """Before the fused kernel serves, it proves itself against vLLM's own input build on this machine's device.
 
-With ``PEAGLE_FUSED_DRAFT=auto`` on a GPU the plugin calls :func:`agrees_with_vllm` once per proposer,
-before its first draft: representative batches - one request, and ``max_num_seqs`` requests with a mix of
-rejected drafts, at the configured K, hidden size and dtype - are built twice, by vLLM's own
-``set_inputs_first_pass`` on a proposer-shaped state and by the fused kernel, and every output is compared
-byte for byte. The kernel serves only when all of them agree. The same helpers run the parity table in
-the tests (interpreted on the CPU), so the check that gates production is the one the tests exercise.
+:func:`agrees_with_vllm` builds representative batches twice - by vLLM's own ``set_inputs_first_pass`` on a
+proposer-shaped state and by the fused kernel - and compares every output byte for byte. The batches are the
+shapes the engine drafts (:func:`representative_batches`): one decoding request; ``max_num_seqs`` decoding
+requests with a mix of rejected drafts, one of them at ``max_model_len``; ``max_num_seqs`` requests on their
+first step after a prefill (long query, nothing rejected); and the two kinds mixed, as chunked prefill
+schedules them - at the configured K, hidden size and dtype. The kernel serves only when all of them agree.
+
+It runs at container start, before vLLM starts, in a child process of the entrypoint
+(:mod:`peagle_runtime.kernels.start_check`), where a device fault cannot poison the server. The same helpers
+run the parity table in the tests (interpreted on the CPU), so the check that gates production is the one the
+tests exercise.
 """
 
 from __future__ import annotations
@@ -91,17 +96,28 @@ def run_proposer(method: Callable, batch: DraftBatch, spec: DraftSpec, rows: int
 
 def representative_batches(spec: DraftSpec, *, hidden_size: int, dtype: torch.dtype, device: torch.device,
                            max_num_seqs: int) -> list[DraftBatch]:
-    """One request, and ``max_num_seqs`` requests whose drafts were partly rejected, one of them near the end."""
+    """Decode, prefill and mixed batches at the batch limit (see the module doc); seeded, so every start of the
+    same configuration checks the same bytes."""
     k = spec.num_slots
     n = max(1, max_num_seqs)
-    query = k + 1  # a decode step verifies K drafts plus the bonus row
-    first = [min(17 * i + 3, max(spec.max_model_len - query - k, 0)) for i in range(n)]
-    first[-1] = max(spec.max_model_len - query - 1, 0)  # draft rows run into max_model_len
+    decode = k + 1  # a decode step verifies K drafts plus the bonus row
+    room = max(spec.max_model_len - decode - k, 0)
+    first = [min(17 * i + 3, room) for i in range(n)]
+    first[-1] = max(spec.max_model_len - decode - 1, 0)  # draft rows run into max_model_len
+    # A first step after a prefill drafts from the whole prompt chunk: long queries, nothing rejected yet.
+    prefill = [max(1, min(64 >> (i % 4), spec.max_model_len - k - 1)) for i in range(n)]
+    mixed = [prefill[i] if i % 2 else decode for i in range(n)]
+    mixed_first = [0 if i % 2 else first[i] for i in range(n)]
+
+    def batch(query_lens: list[int], num_rejected: list[int] | None, first_positions: list[int], seed: int):
+        return make_batch(query_lens=query_lens, num_rejected=num_rejected, first_positions=first_positions,
+                          spec=spec, hidden_size=hidden_size, dtype=dtype, device=device, seed=seed)
+
     return [
-        make_batch(query_lens=[query], num_rejected=[0], first_positions=[5], spec=spec, hidden_size=hidden_size,
-                   dtype=dtype, device=device, seed=1),
-        make_batch(query_lens=[query] * n, num_rejected=[i % (k + 1) for i in range(n)], first_positions=first,
-                   spec=spec, hidden_size=hidden_size, dtype=dtype, device=device, seed=2),
+        batch([decode], [0], [5], 1),
+        batch([decode] * n, [i % (k + 1) for i in range(n)], first, 2),
+        batch(prefill, None, [0] * n, 3),
+        batch(mixed, [0 if i % 2 else i % (k + 1) for i in range(n)], mixed_first, 4),
     ]
 
 
