@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 # The pull request's base: origin/main in a clone, else the local main branch.
 BASE ?= $(shell git rev-parse --verify -q origin/main >/dev/null && echo origin/main || echo main)
 
-.PHONY: setup setup-cdk synth test test-fast diff deploy destroy serve invoke demo models toy-models real-models stage-weights smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-middleware bench-kernel bench-kernel-smoke rehearse clean
+.PHONY: setup setup-cdk synth test test-fast diff deploy destroy serve invoke demo models toy-models real-models stage-weights verify-bundle prune smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-middleware bench-ping bench-drain bench-kernel bench-kernel-smoke rehearse clean
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
 
@@ -88,6 +88,19 @@ stage-weights: setup
 		{ echo "stage-weights: set TARGET_MODEL, DRAFTER_MODEL and BUNDLE (s3://bucket/prefix/)" >&2; exit 2; }
 	$(PY) -m harness.stage_weights --target "$(TARGET_MODEL)" --drafter "$(DRAFTER_MODEL)" --bundle "$(BUNDLE)"
 
+# The container's own check of a staged bundle, from here, before it is pinned: <BUNDLE>/<SHA256>/ file by file.
+#   make verify-bundle BUNDLE=s3://bucket/prefix/ SHA256=<the digest stage-weights printed>
+# Exit 1 names each bad file; 2 is a usage error.
+verify-bundle: setup
+	@test -n "$(BUNDLE)" -a -n "$(SHA256)" || \
+		{ echo "verify-bundle: set BUNDLE (s3://bucket/prefix/, as given to stage-weights) and SHA256" >&2; exit 2; }
+	$(PY) -m harness.verify_bundle --bundle "$(BUNDLE)" --sha256 "$(SHA256)"
+
+# The stage's models and endpoint configs no endpoint uses any more (kept by CloudFormation when an update replaced
+# them, in case SageMaker rolled the endpoint back onto them): listed; DELETE=1 deletes them.
+prune: setup
+	$(PY) -m harness.prune --env $(ENV) --target $(TARGET) $(if $(DELETE),--delete)
+
 # Does the endpoint answer? Through the real boto3 client: TARGET=local (a front door on loopback) or aws.
 smoke: setup
 	$(PY) -m harness.smoke --env $(ENV) --target $(TARGET)
@@ -97,11 +110,12 @@ loadtest: setup
 	$(PY) -m harness.loadtest --env $(ENV) --target $(TARGET)
 
 # The GitHub workflows as committed, on act, from a fresh clone and fresh venvs per job (harness/rehearsal):
-# pull-request stack diffs, a promotion through Dev, Staging and Prod, and a negative control.
+# pull-request stack diffs and their judge, a promotion through Dev, Staging and Prod, and negative controls.
 # Every scenario of harness/rehearsal/scenarios.py; exit status 1 when any check failed (CI runs it after
-# `make test`: its jobs build their own fresh venvs, so it is a run of its own, 9-12 minutes here).
+# `make test`: its jobs build their own fresh venvs, so it is a run of its own). WORK_TREE=1 rehearses the work
+# tree as it is (uncommitted changes included) instead of HEAD.
 rehearse: setup
-	$(PY) -m harness.rehearsal $(if $(ONLY),--only $(ONLY))
+	$(PY) -m harness.rehearsal $(if $(ONLY),--only $(ONLY)) $(if $(WORK_TREE),--work-tree)
 
 # The three wheels (contract, constructs, runtime) at VERSION, into dist/.
 wheels: setup
@@ -122,6 +136,14 @@ bench-real: setup
 
 bench-middleware: setup
 	$(PY) bench/middleware_cost.py --layout $(or $(LAYOUT),paired)
+
+# /ping latency while four maximum-size hostile bodies are checked (SageMaker replaces an instance at 2 s).
+bench-ping: setup
+	$(PY) bench/ping_under_load.py
+
+# SIGTERM with streams open: which complete within the drain budget, and the time to exit (SageMaker kills at 30 s).
+bench-drain: setup
+	$(PY) bench/drain.py
 
 # GPU only (an H200 machine): torch + triton, no vLLM needed. Results in bench/results/.
 bench-kernel:

@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -108,6 +110,11 @@ class StackArtifact:
     def template(self) -> dict:
         return json.loads(self.template_path.read_text())
 
+    def template_sha256(self) -> str:
+        """The SHA-256 of the template file as the synth wrote it (the pull-request comment and the promotion's
+        summary both record it, so a reviewer can match what was reviewed with what is deployed)."""
+        return hashlib.sha256(self.template_path.read_bytes()).hexdigest()
+
 
 def _stacks_in(assembly_dir: Path, stage: str) -> list[StackArtifact]:
     manifest = json.loads((assembly_dir / "manifest.json").read_text())
@@ -150,6 +157,25 @@ def stage_stacks(assembly_dir: Path, stage: str) -> list[StackArtifact]:
         stages = sorted({s.stage for s in list_stacks(assembly_dir)})
         raise CdkError(f"no stage {stage!r} in {assembly_dir}; stages found: {stages}")
     return stacks
+
+
+def stage_environment(assembly_dir: Path, stage: str) -> tuple[str, str]:
+    """The account and region every stack of ``stage`` deploys to, as the assembly's manifest says
+    (``environment: aws://ACCOUNT/REGION``): a deploy goes where the synthesized assembly says, not where a
+    variable beside it says. CdkError when a stack has no concrete account or region, or the stage's stacks
+    disagree."""
+    stacks = stage_stacks(assembly_dir, stage)
+    places = {(s.account, s.region) for s in stacks}
+    unplaced = [f"{s.display_name} (aws://{s.account or 'unknown'}/{s.region or 'unknown'})" for s in stacks
+                if not re.fullmatch(r"\d{12}", s.account or "") or not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", s.region or "")]
+    if unplaced:
+        raise CdkError(f"stage {stage} in {assembly_dir}: environment: allowed: aws://<12 digits>/<region>; found: "
+                       f"{', '.join(unplaced)} (synthesized without -c account.<Stage> and -c region?)")
+    if len(places) != 1:
+        raise CdkError(f"stage {stage} in {assembly_dir}: allowed: one account and region for all its stacks; found: "
+                       + ", ".join(sorted(f"{a}/{r}" for a, r in places)))
+    ((account, region),) = places
+    return str(account), str(region)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 place) on the pull request, written to the job summary, and the check's pass/fail decided.
 
     python -m review.pr_comment --reviews stack-diff.json [--summary "$GITHUB_STEP_SUMMARY"] [--post]
-        [--acknowledged | --acknowledge-label NAME] [--artifact-url URL] [--output comment.md]
+        [--acknowledged | --acknowledge-label NAME] [--artifact-url URL] [--output comment.md] [--set-status]
 
 What a reader sees, in order: the verdict; destructive changes first (an endpoint or inference component
 replaced or removed - a renamed endpoint is a removal plus an addition, a replacement - and any other
@@ -12,13 +12,17 @@ folded. Changes that are only a new asset hash are listed on one line, not in th
 comment over 65,536 characters: the details are folded, then each stage's part is cut with a link to the
 full diff (the job's artifact).
 
-Exit status: 1 when a change would take an endpoint down (or SageMaker would refuse it) and nobody
-acknowledged it, else 0. ``--acknowledged`` says so outright (a workflow input); ``--acknowledge-label NAME``
-looks the pull request's labels up as they are now, through the REST API: the event's own copy of them is
-what the pull request had when the run was triggered, so re-running a failed check after adding the label
-would otherwise fail again. The event's labels (``GITHUB_EVENT_PATH``) are used only when the API refuses.
-Posting and the label look-up need GITHUB_TOKEN, GITHUB_REPOSITORY and PR_NUMBER (``GITHUB_API_URL`` when
-it is not api.github.com); a token that may not comment (a fork's pull request) only warns.
+The comment ends with the SHA-256 of each head template (the bytes that were reviewed): the promotion's
+summary records the same digest of what it deploys (harness.promotion), so a reviewer can match them.
+
+The decision: a change that would take an endpoint down (or that SageMaker would refuse) fails unless it is
+acknowledged. ``--acknowledged`` says so outright (a workflow input); ``--acknowledge-label NAME`` looks the
+pull request's labels up as they are now, through the REST API (never from an event: a re-run after adding
+the label must see it; a refused look-up is an error, not "no label"). With ``--set-status`` the decision is
+the commit status review.judge.CONTEXT on ``--head`` (success or failure; exit 0 once it is set: the status,
+not this job, is what branch protection reads); without it, the exit status (1 = fails).
+Posting, the label look-up and the status need GITHUB_TOKEN, GITHUB_REPOSITORY and PR_NUMBER
+(``GITHUB_API_URL`` when it is not api.github.com); a token that may not comment only warns.
 """
 
 from __future__ import annotations
@@ -28,9 +32,10 @@ import json
 import os
 import sys
 import urllib.error
-import urllib.request
 from pathlib import Path
 
+from review import judge
+from review.github import GitHub
 from review.stack_diff import ENDPOINT, FAIL, INFERENCE_COMPONENT, StackReview
 
 MARKER = "<!-- peagle-stack-diff -->"
@@ -128,7 +133,17 @@ def _render(reviews: list[StackReview], *, base: str, head: str, artifact_url: s
         out += ["No resource changes.", ""]
     if artifact_url:
         out += [f"Full diff: {artifact_url}", ""]
+    out += _digests(reviews)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _digests(reviews: list[StackReview]) -> list[str]:
+    """The head templates' SHA-256: what the promotion's summary lists as "as reviewed" for its templates."""
+    rows = [r for r in reviews if r.template_sha256]
+    if not rows:
+        return []
+    return ["### Templates reviewed (SHA-256)", "", "| stack | SHA-256 |", "|---|---|",
+            *[f"| `{r.display_name}` | `{r.template_sha256}` |" for r in rows], ""]
 
 
 def should_fail(reviews: list[StackReview], *, acknowledged: bool) -> bool:
@@ -136,72 +151,40 @@ def should_fail(reviews: list[StackReview], *, acknowledged: bool) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------
-# GitHub (the one part not tested here)
+# GitHub
 # --------------------------------------------------------------------------------------------------
 
 
-def _api(method: str, url: str, token: str, body: dict | None = None):
-    request = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body else None, headers={
-        "Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
-        "X-GitHub-Api-Version": "2022-11-28", "Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read() or b"null")
-
-
-def post(comment: str, *, repository: str, pull_request: int, token: str,
-         api: str = "https://api.github.com") -> str:
+def post(comment: str, *, github: GitHub, pull_request: int) -> str:
     """Update this check's comment in place, or create it; return its URL."""
-    base = f"{api}/repos/{repository}/issues"
-    page = 1
-    while True:
-        comments = _api("GET", f"{base}/{pull_request}/comments?per_page=100&page={page}", token)
-        mine = next((c for c in comments if (c.get("body") or "").startswith(MARKER)), None)
-        if mine or len(comments) < 100:
-            break
-        page += 1
+    mine = next((c for c in github.pages(f"issues/{pull_request}/comments")
+                 if (c.get("body") or "").startswith(MARKER)), None)
     if mine:
-        return _api("PATCH", f"{base}/comments/{mine['id']}", token, {"body": comment})["html_url"]
-    return _api("POST", f"{base}/{pull_request}/comments", token, {"body": comment})["html_url"]
+        return github.call("PATCH", f"issues/comments/{mine['id']}", {"body": comment})["html_url"]
+    return github.call("POST", f"issues/{pull_request}/comments", {"body": comment})["html_url"]
 
 
-def current_labels(*, repository: str, pull_request: int, token: str, api: str = "https://api.github.com"
-                   ) -> list[str]:
+def current_labels(*, github: GitHub, pull_request: int) -> list[str]:
     """The pull request's labels now (its issue's labels: GitHub keeps a pull request's labels there)."""
-    names: list[str] = []
-    page = 1
-    while True:
-        labels = _api("GET", f"{api}/repos/{repository}/issues/{pull_request}/labels?per_page=100&page={page}", token)
-        names += [label["name"] for label in labels]
-        if len(labels) < 100:
-            return names
-        page += 1
+    return [label["name"] for label in github.pages(f"issues/{pull_request}/labels")]
 
 
-def _event_labels() -> list[str]:
-    path = os.environ.get("GITHUB_EVENT_PATH")
-    if not path or not Path(path).is_file():
-        return []
-    event = json.loads(Path(path).read_text())
-    return [label["name"] for label in (event.get("pull_request") or {}).get("labels", [])]
-
-
-def _acknowledged_by_label(label: str) -> bool:
-    try:
-        labels = current_labels(repository=os.environ["GITHUB_REPOSITORY"], pull_request=int(os.environ["PR_NUMBER"]),
-                                token=os.environ["GITHUB_TOKEN"],
-                                api=os.environ.get("GITHUB_API_URL", "https://api.github.com"))
-    except urllib.error.HTTPError as exc:
-        if exc.code not in (403, 404):
-            raise
-        labels = _event_labels()
-        print(f"::warning::could not read the pull request's labels ({exc.code}): the event's labels are used")
-    return label in labels
+def _status_description(reviews: list[StackReview], *, fail: bool, acknowledged: bool, label: str | None) -> str:
+    failed = sum(r.verdict == FAIL for r in reviews)
+    changed = sum(bool(r.findings) for r in reviews)
+    if fail:
+        how = f"add the label {label} to accept it" if label else "acknowledge it to accept it"
+        return f"{failed} stage(s) need a different rollout (an endpoint down or an update refused): {how}"
+    if failed and acknowledged:
+        return f"{failed} stage(s) need a different rollout: acknowledged" + (f" by the label {label}" if label else "")
+    return f"{changed} of {len(reviews)} stage(s) change; all can roll out as they are"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m review.pr_comment", description=__doc__.splitlines()[0])
     parser.add_argument("--reviews", type=Path, required=True, help="review.stack_diff --json output")
-    parser.add_argument("--head", default=os.environ.get("GITHUB_SHA", "HEAD")[:12])
+    parser.add_argument("--head", default=os.environ.get("GITHUB_SHA", "HEAD"),
+                        help="the head commit (its SHA: the status is set on it; the comment shows 12 characters)")
     parser.add_argument("--summary", type=Path, help="append the Markdown here (GitHub's $GITHUB_STEP_SUMMARY)")
     parser.add_argument("--output", type=Path, help="also write the Markdown here")
     parser.add_argument("--post", action="store_true", help="post or update the pull request's comment")
@@ -210,19 +193,22 @@ def main(argv: list[str] | None = None) -> int:
     acknowledgement.add_argument("--acknowledge-label", metavar="NAME",
                                  help="a destructive change is intended when the pull request carries this label now")
     parser.add_argument("--artifact-url", help="where the full diff is (the job's artifact)")
+    parser.add_argument("--set-status", action="store_true",
+                        help=f"decide by setting the commit status {judge.CONTEXT} on --head (exit 0 once set)")
     args = parser.parse_args(argv)
     data = json.loads(args.reviews.read_text())
     reviews = [StackReview.from_json(r) for r in data["reviews"]]
-    comment = render(reviews, base=data.get("base", "base"), head=args.head, artifact_url=args.artifact_url)
+    comment = render(reviews, base=data.get("base", "base"), head=args.head[:12], artifact_url=args.artifact_url)
+    github = GitHub.from_environment() if (args.post or args.set_status or args.acknowledge_label) else None
     if args.output:
         args.output.write_text(comment)
     if args.summary:
         with args.summary.open("a") as f:
             f.write(comment)
+    url = None
     if args.post:
         try:
-            url = post(comment, repository=os.environ["GITHUB_REPOSITORY"], pull_request=int(os.environ["PR_NUMBER"]),
-                       token=os.environ["GITHUB_TOKEN"], api=os.environ.get("GITHUB_API_URL", "https://api.github.com"))
+            url = post(comment, github=github, pull_request=int(os.environ["PR_NUMBER"]))
             print(f"comment: {url}")
         except urllib.error.HTTPError as exc:
             if exc.code not in (403, 404):
@@ -231,11 +217,16 @@ def main(argv: list[str] | None = None) -> int:
                   "the diff is in the job summary")
     acknowledged = args.acknowledged
     if args.acknowledge_label and any(r.verdict == FAIL for r in reviews):
-        acknowledged = _acknowledged_by_label(args.acknowledge_label)
+        acknowledged = args.acknowledge_label in current_labels(github=github, pull_request=int(os.environ["PR_NUMBER"]))
     fail = should_fail(reviews, acknowledged=acknowledged)
     if any(r.verdict == FAIL for r in reviews):
         print("a destructive change " + ("was acknowledged" if acknowledged else
                                          "needs a different rollout (or the acknowledgement label)"))
+    if args.set_status:
+        judge.set_status(github, args.head, state="failure" if fail else "success", target_url=url or judge.run_url(),
+                         description=_status_description(reviews, fail=fail, acknowledged=acknowledged,
+                                                         label=args.acknowledge_label))
+        return 0
     return 1 if fail else 0
 
 

@@ -1,11 +1,16 @@
 """Pull-request stack diffs: what a change does to each deployed stack, and whether it is safe to roll out.
 
     python -m review.stack_diff --base origin/main [--output diff.md]
+    python -m review.stack_diff --base HEAD --head-templates DIR [--json reviews.json]
 
 Synthesizes BASE in a temporary ``git worktree`` and the working tree, then for every stack of every
 stage renders Markdown fit for a pull-request comment: a verdict, the serving-relevant findings, and the
 CDK CLI's own ``cdk diff --template`` output (offline, no credentials). Exit code 1 when a change would
 take an endpoint down or make CloudFormation fail half-way; 0 otherwise; 2 on a usage or synth error.
+
+With ``--head-templates`` the head is not synthesized here: its templates are read from a folder that
+review.head_artifact checked and wrote (the pull request's own synth, carried as data to the judge, which
+must never run the pull request's code). Only the base is synthesized, from this checkout's code.
 
 The verdict is computed here from the two templates (logical ids, types, properties), not from the
 CLI's text: the CLI output is for humans and changes format between versions.
@@ -99,6 +104,7 @@ class StackReview:
     new_stack: bool = False
     removed_stack: bool = False
     security_diff: str = ""  # `cdk diff --security-only`: IAM statement and security-group changes
+    template_sha256: str = ""  # of the head's template file ("" when the stack is removed)
 
     @property
     def verdict(self) -> str:
@@ -118,14 +124,14 @@ class StackReview:
         return {"display_name": self.display_name, "stack_name": self.stack_name, "new_stack": self.new_stack,
                 "removed_stack": self.removed_stack, "verdict": self.verdict, "counts": self.counts(),
                 "findings": [asdict(f) for f in self.findings], "cli_diff": self.cli_diff,
-                "security_diff": self.security_diff}
+                "security_diff": self.security_diff, "template_sha256": self.template_sha256}
 
     @classmethod
     def from_json(cls, data: dict) -> "StackReview":
         return cls(display_name=data["display_name"], stack_name=data["stack_name"],
                    findings=[Finding(**f) for f in data["findings"]], cli_diff=data.get("cli_diff", ""),
                    new_stack=data.get("new_stack", False), removed_stack=data.get("removed_stack", False),
-                   security_diff=data.get("security_diff", ""))
+                   security_diff=data.get("security_diff", ""), template_sha256=data.get("template_sha256", ""))
 
 
 def _resources(template: dict) -> dict[str, dict]:
@@ -288,6 +294,27 @@ ADVICE_VARIANT_NAME = (
     "is registered fails the endpoint update. Keep the variant name, or remove autoscaling first, rename in a "
     "second change, then register autoscaling on the new name."
 )
+ADVICE_BREAK_GLASS = (
+    "A deploy without automatic rollback (the `peagle:break-glass` context, for a hotfix during an incident; "
+    "docs/serving.md). The alarms still page, but nothing undoes a bad rollout. Merge only as the incident's "
+    "fix, past a reviewer who read this, and remove the context in the next change."
+)
+
+
+def _rollback_dropped(old: dict | None, new: dict) -> bool:
+    """A rollout (an endpoint's or a component's) that rolls back on nothing where it did before, or that is
+    tagged break-glass."""
+    config = (new.get("Properties") or {}).get("DeploymentConfig")
+    if not isinstance(config, dict) or config.get("AutoRollbackConfiguration"):
+        return False
+    before = ((old or {}).get("Properties") or {}).get("DeploymentConfig")
+    return bool(isinstance(before, dict) and before.get("AutoRollbackConfiguration")) \
+        or _tag(new, "peagle:break-glass", "") != ""
+
+
+def _tag(resource: dict, key: str, missing: str) -> str:
+    tags = (resource.get("Properties") or {}).get("Tags") or []
+    return next((str(t.get("Value")) for t in tags if isinstance(t, dict) and t.get("Key") == key), missing)
 
 
 def classify(base_template: dict | None, head_template: dict | None) -> list[Finding]:
@@ -348,6 +375,10 @@ def classify(base_template: dict | None, head_template: dict | None) -> list[Fin
                 verdict = PASS
                 why = f"updated in place, copy by copy (rolling update, no downtime): {why.removesuffix(' (in place)')}"
         findings.append(Finding(verdict, lid, rtype, change, why, advice, asset_only=asset_only))
+        if rtype in (ENDPOINT, INFERENCE_COMPONENT) and new is not None and _rollback_dropped(old, new):
+            findings.append(Finding(FAIL, lid, rtype, "BREAK-GLASS: automatic rollback off", (
+                "🚨 BREAK-GLASS: this rollout has no AutoRollbackConfiguration; reason: "
+                + _tag(new, "peagle:break-glass", "(none given)")), ADVICE_BREAK_GLASS))
 
     findings += _variant_findings(base, head)
     # An endpoint update that SageMaker will refuse is not a pass, whatever its properties say.
@@ -571,7 +602,8 @@ def review(repo: Path, base: Side, head: Side) -> list[StackReview]:
     reviews = []
     for name in list(head_stacks) + [n for n in base_stacks if n not in head_stacks]:
         b, h = base_stacks.get(name), head_stacks.get(name)
-        r = StackReview(display_name=name, stack_name=(h or b).stack_name, new_stack=b is None, removed_stack=h is None)
+        r = StackReview(display_name=name, stack_name=(h or b).stack_name, new_stack=b is None, removed_stack=h is None,
+                        template_sha256=h.template_sha256() if h else "")
         r.findings = classify(b.template() if b else None, h.template() if h else None)
         if h is not None:
             r.cli_diff = cli_diff(repo, head.assembly, b.template_path if b else None, name)
@@ -632,15 +664,31 @@ def render_markdown(reviews: list[StackReview], *, base_label: str, head_label: 
 # --------------------------------------------------------------------------------------------------
 
 
+def read_head(templates: Path, out: Path, *, base: Side) -> Side:
+    """The head as a cloud assembly the CLI reads, from templates review.head_artifact checked: written here,
+    with the base synth's own manifest version, so nothing of the pull request's but template JSON is read."""
+    from review import head_artifact
+
+    version = json.loads((base.assembly / "manifest.json").read_text())["version"]
+    try:
+        head_artifact.write_assembly(templates, out, version=version)
+    except (head_artifact.ArtifactError, OSError, ValueError) as error:
+        raise DiffError(f"--head-templates {templates}: {error}") from None
+    return Side("the pull request's templates", out)
+
+
 def run(*, repo: Path, base_ref: str, cache_dir: Path | None, context: dict[str, str],
-        keep_head: Path | None = None) -> tuple[str, list[StackReview]]:
+        keep_head: Path | None = None, head_templates: Path | None = None) -> tuple[str, list[StackReview]]:
     if not (repo / "app.py").exists():
         raise DiffError(f"{repo} has no app.py to synthesize")
     context = {"offline": "true", **context}  # template against template: no account is ever asked
     base = synth_base(repo, base_ref, cache_dir=cache_dir, context=context)
     with tempfile.TemporaryDirectory(prefix="stack-diff-head-") as tmp:
         head_dir = keep_head or Path(tmp)
-        head = synth_head(repo, head_dir, context=context)
+        if head_templates is not None:
+            head = read_head(head_templates, head_dir / "assembly", base=base)
+        else:
+            head = synth_head(repo, head_dir, context=context)
         reviews = review(repo, base, head)
     return render_markdown(reviews, base_label=base.label, head_label=head.label), reviews
 
@@ -648,6 +696,10 @@ def run(*, repo: Path, base_ref: str, cache_dir: Path | None, context: dict[str,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m review.stack_diff", description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="git ref to compare against (branch, tag, commit)")
+    parser.add_argument("--base-label", help="what the comment calls the base (default: --base)")
+    parser.add_argument("--head-templates", type=Path, default=None,
+                        help="take the head's templates from this folder (review.head_artifact unpack wrote it) "
+                             "instead of synthesizing the working tree")
     parser.add_argument("--repo", type=Path, default=cdk.REPO_ROOT, help="repository root (default: this one)")
     parser.add_argument("--output", type=Path, default=None, help="also write the Markdown to this file")
     parser.add_argument("--json", type=Path, default=None,
@@ -667,7 +719,8 @@ def main(argv: list[str] | None = None) -> int:
     cache_dir = None if str(args.cache_dir) == "none" else (args.cache_dir or args.repo / ".cache" / "stack_diff")
     started = time.monotonic()
     try:
-        markdown, reviews = run(repo=args.repo.resolve(), base_ref=args.base, cache_dir=cache_dir, context=context)
+        markdown, reviews = run(repo=args.repo.resolve(), base_ref=args.base, cache_dir=cache_dir, context=context,
+                                head_templates=args.head_templates)
     except (DiffError, cdk.CdkError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -675,7 +728,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         args.output.write_text(markdown)
     if args.json:
-        args.json.write_text(json.dumps({"base": args.base, "reviews": [r.to_json() for r in reviews]}, indent=1))
+        args.json.write_text(json.dumps({"base": args.base_label or args.base, "reviews": [r.to_json() for r in reviews]},
+                                        indent=1))
     failed = [r.display_name for r in reviews if r.verdict == FAIL]
     print(f"==> {len(reviews)} stack(s) reviewed in {time.monotonic() - started:.1f} s; "
           f"{'FAIL: ' + ', '.join(failed) if failed else 'all pass'}", file=sys.stderr)

@@ -7,18 +7,18 @@ from typing import Iterable
 
 from aws_cdk import Annotations, App
 
-from peagle_constructs import ConfigError, ContainerImage, add_nag_packs
+from peagle_constructs import ContainerImage, add_nag_packs
 
 from stacks.environments import ENVIRONMENTS, EnvironmentConfig, check_unique_names
 from stacks.image_context import image_context
+from stacks.isolation import (  # the OFFLINE_* names are re-exported: callers import them from here
+    OFFLINE_ACCOUNT, OFFLINE_CONTEXT, OFFLINE_REGION, check_pinned_weights, check_separate_accounts, offline, place,
+)
 from stacks.stage import PEagleStage
 
-# Placeholders for a synth that is never deployed (CI, stack diffs, the embedded AWS), and only when asked for
-# with `-c offline=true`: a template meant for an account must never carry a made-up one silently.
-OFFLINE_CONTEXT = "offline"
+# A synth for review (CI, stack diffs, the embedded AWS) asks for placeholders with `-c offline=true`; a template
+# meant for an account never carries a made-up one silently (stacks.isolation).
 OFFLINE = {OFFLINE_CONTEXT: "true"}  # the context a synth for review passes
-OFFLINE_ACCOUNT = "111111111111"
-OFFLINE_REGION = "us-east-1"
 
 
 def serving_image(app: App) -> ContainerImage:
@@ -35,40 +35,24 @@ def builtin_cloudformation_validation() -> bool:
     return os.environ.get("CDK_VALIDATION", "false").lower() == "true"
 
 
-def offline(app: App) -> bool:
-    return str(app.node.try_get_context(OFFLINE_CONTEXT) or "false").lower() == "true"
-
-
-def _account_region(app: App, config: EnvironmentConfig) -> tuple[str, str]:
-    """The environment's own account and region, else -c account/region, else the CLI's CDK_DEFAULT_*."""
-    account = config.account or app.node.try_get_context("account") or os.environ.get("CDK_DEFAULT_ACCOUNT")
-    region = config.region or app.node.try_get_context("region") or os.environ.get("CDK_DEFAULT_REGION")
-    if offline(app):
-        return str(account or OFFLINE_ACCOUNT), str(region or OFFLINE_REGION)
-    for name, value, source in (("account", account, "CDK_DEFAULT_ACCOUNT"), ("region", region, "CDK_DEFAULT_REGION")):
-        if not value:
-            raise ConfigError(
-                f"{config.name}.{name}",
-                f"not set; allowed: the environment's {name} in stacks/environments.py, -c {name}=..., or {source} "
-                f"(the CDK CLI sets it from your AWS credentials); for a synth that is never deployed (CI, diffs) "
-                f"pass -c {OFFLINE_CONTEXT}=true to use the placeholder {OFFLINE_ACCOUNT}/{OFFLINE_REGION}",
-            )
-    return str(account), str(region)
-
-
 def build_app(app: App, environments: Iterable[EnvironmentConfig] = ENVIRONMENTS, *,
               nag: bool = True) -> dict[str, PEagleStage]:
     environments = tuple(environments)
     check_unique_names(environments)
     image = serving_image(app)
+    placements = [place(app, config) for config in environments]
+    if not offline(app):  # a real account: the stages kept apart, each serving pinned weights where it must
+        check_separate_accounts(placements)
+        check_pinned_weights(environments)
     stages = {}
-    for config in environments:
-        account, region = _account_region(app, config)
-        stage = PEagleStage(app, config=config, image=image, account=account, region=region)
-        if account == OFFLINE_ACCOUNT:
+    for placement in placements:
+        config, account = placement.config, placement.account
+        stage = PEagleStage(app, config=config, image=image, account=account, region=placement.region)
+        if offline(app):
             Annotations.of(stage.stack).add_warning_v2(
-                "peagle:offline-account", f"synthesized offline with the placeholder account {OFFLINE_ACCOUNT}: "
-                "these templates are for review, not for a deploy to a real account")
+                "peagle:offline-account", f"synthesized offline for review (the placeholder account {OFFLINE_ACCOUNT} "
+                "unless one was given): these templates are for review, not for a deploy to a real account - the stage "
+                "isolation and weight-pin checks of stacks.isolation did not run")
         if nag:
             # Plugins run per Stage on that Stage's own stacks: registered on the App they would see none.
             add_nag_packs(stage)

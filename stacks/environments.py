@@ -2,8 +2,10 @@
 
 All three serve the GPT-OSS-20B preset (peagle_constructs.presets: its P-EAGLE head, the flags its card
 recommends) at K=7, so the model that passes Dev and Staging is the one Prod gets; each overrides only the
-fields it must. Weights come from one S3 bundle prefix per environment (``target/`` and ``drafter/`` below
-it, staged by `make stage-weights`): CloudFormation gives a SageMaker model one ModelDataSource.
+fields it must. Weights come from one S3 bundle per environment (``target/`` and ``drafter/`` in it, staged by
+`make stage-weights` under ``<prefix><digest>/`` and pinned in ``PINNED_BUNDLES``): CloudFormation gives a
+SageMaker model one ModelDataSource. Each stage names its own account (``account``, or ``-c account.<Stage>``):
+stacks.isolation refuses a real-account synth that puts two stages in one account unless they say why.
 
 Dev runs on ml.g6e.xlarge: one NVIDIA L40S with 48 GB. GPT-OSS-20B ships its MoE weights in MXFP4, about
 14 GiB on the GPU; the P-EAGLE head (4 layers) adds about 3.4 GiB; the fp8 KV cache for 32 x 8K tokens
@@ -19,6 +21,8 @@ from typing import Iterable
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_logs as logs
 
+from peagle_contract.bundle import bundle_uri
+
 from peagle_constructs import (
     AlarmSubscriber, AlarmThresholds, AutoscalingOptions, ComputeRequirements, ConfigError, CopyScaling,
     DeploymentPolicy, FleetProps, InstancePool, InstanceScaling, ModelProps, ScaleIn,
@@ -27,13 +31,28 @@ from peagle_constructs.autoscaling import check_floor_above_zero
 from peagle_constructs.endpoint import check_endpoint_name
 from peagle_constructs.presets import GPT_OSS_20B
 
+_ACCOUNT = re.compile(r"^\d{12}$")
 _KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$")
 _NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 
 
-def _bundle(environment: str) -> dict[str, str]:
-    prefix = f"s3://peagle-weights-{environment}/bundles/gpt-oss-20b-p-eagle"
-    return {"target_model": f"{prefix}/target/", "drafter_model": f"{prefix}/drafter/"}
+# Each stage's weights: the bundle prefix given to `make stage-weights`, and the SHA-256 it printed. A pinned stage
+# serves <prefix><digest>/ (content-addressed, never overwritten) and its container refuses any other bytes;
+# Staging and Prod must be pinned for a real account (stacks.isolation). Paste your digests here.
+BUNDLE_PREFIXES = {name: f"s3://peagle-weights-{name}/bundles/gpt-oss-20b-p-eagle/" for name in ("dev", "staging", "prod")}
+PINNED_BUNDLES: dict[str, str | None] = {"dev": None, "staging": None, "prod": None}
+
+
+def bundle(environment: str, pin: str | None) -> dict[str, str | None]:
+    """The serving-config fields of ``environment``'s weights: the bundle ``pin`` names, or (None) the unpinned
+    prefix, which a real-account synth of Staging or Prod refuses."""
+    prefix = BUNDLE_PREFIXES[environment]
+    root = bundle_uri(prefix, pin) if pin else prefix
+    return {"target_model": f"{root}target/", "drafter_model": f"{root}drafter/", "bundle_manifest_sha256": pin}
+
+
+def _bundle(environment: str) -> dict[str, str | None]:
+    return bundle(environment, PINNED_BUNDLES[environment])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,8 +89,13 @@ class EnvironmentConfig:
     require_subscribers: bool = False
     # The KMS key the weights in S3 are encrypted with (its ARN), when not S3's own: the role may decrypt with it.
     weights_key_arn: str | None = None
-    account: str | None = None  # None: from context / CDK_DEFAULT_ACCOUNT
+    account: str | None = None  # None: -c account.<name>, then -c account, then CDK_DEFAULT_ACCOUNT (stacks.isolation)
     region: str | None = None
+    # One account per stage: a real-account synth refuses a stage that shares its account with another unless
+    # this says why (printed at every synth).
+    shared_account_reason: str | None = None
+    # A real-account synth refuses this stage without a pinned weights bundle (bundle_manifest_sha256).
+    require_pinned_weights: bool = False
     tags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -89,6 +113,13 @@ class EnvironmentConfig:
         self.fleet.validate()
         self.model.check_on_fleet(self.fleet, where=self.name)
         self._check_hosting()
+        if self.account is not None and not (isinstance(self.account, str) and _ACCOUNT.match(self.account)):
+            raise ConfigError(f"{self.name}.account", f"got {str(self.account)[:40]!r}; allowed: a 12-digit AWS account "
+                              "id, or None to take it from the context")
+        if self.shared_account_reason is not None and not (isinstance(self.shared_account_reason, str)
+                                                           and self.shared_account_reason.strip()):
+            raise ConfigError(f"{self.name}.shared_account_reason", f"got {str(self.shared_account_reason)[:40]!r}; "
+                              "allowed: None (an account of its own) or a sentence saying why the account is shared")
         if self.weights_key_arn is not None and not _KMS_KEY_ARN.match(str(self.weights_key_arn)):
             raise ConfigError(f"{self.name}.weights_key_arn", f"got {self.weights_key_arn!r}; allowed: a KMS key ARN "
                               "'arn:aws:kms:<region>:<account>:key/<key id>'")
@@ -173,6 +204,7 @@ STAGING = EnvironmentConfig(
     fleet=FleetProps(instance_type="ml.g6e.2xlarge", instance_count=2),
     hosting=SingleModelHosting(scaling=AutoscalingOptions(min_capacity=2, max_capacity=4),
                                deployment=DeploymentPolicy.linear(percent=50, bake=Duration.minutes(10))),
+    require_pinned_weights=True,
     tags={"environment": "staging"},
 )
 
@@ -196,6 +228,7 @@ PROD = EnvironmentConfig(
     hosting=SingleModelHosting(scaling=AutoscalingOptions(min_capacity=4, max_capacity=12),
                                deployment=DeploymentPolicy.canary(instances=1, bake=Duration.minutes(15))),
     require_subscribers=True,
+    require_pinned_weights=True,
     tags={"environment": "prod"},
 )
 

@@ -12,6 +12,7 @@ from peagle_constructs import (
     ContainerImage, CopyScaling, PEagleComponentEndpoint, PEagleEndpoint, PEagleInferenceComponent,
 )
 
+from stacks.deploy_permissions import apply_to_stage
 from stacks.environments import ComponentHosting, EnvironmentConfig
 from stacks.release import IMAGE_TAG_PREFIX, VERSION
 
@@ -81,3 +82,6 @@ class PEagleStack(Stack):
                           description="what scale-to-zero bills, and the first request after a quiet spell")
         for key, value in config.tags.items():
             Tags.of(self).add(key, value)
+        # Every role this stage creates lives under its IAM path and carries its account's workload boundary: what
+        # the scoped CloudFormation execution policy requires (stacks.deploy_permissions).
+        apply_to_stage(self, config)

@@ -16,10 +16,12 @@ from typing import Any, Mapping
 
 @dataclass(frozen=True)
 class Request:
-    service: str  # the calling service principal, e.g. cloudwatch.amazonaws.com
+    service: str  # the calling service principal, e.g. cloudwatch.amazonaws.com ("" for none)
     action: str
     resource: str
-    context: Mapping[str, str] = field(default_factory=dict)  # aws:SourceArn, aws:SourceAccount, aws:SecureTransport
+    # aws:SourceArn, aws:SourceAccount, aws:SecureTransport, iam:PermissionsBoundary, a web identity's claims...
+    context: Mapping[str, str] = field(default_factory=dict)
+    federated: str = ""  # the identity provider of an AssumeRoleWithWebIdentity call (its ARN)
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,9 @@ def _principal_matches(principal: Any, request: Request) -> bool:
         return False
     if "*" in _listed(principal.get("AWS", [])):
         return True
-    return request.service in _listed(principal.get("Service", []))
+    if request.federated and request.federated in _listed(principal.get("Federated", [])):
+        return True
+    return bool(request.service) and request.service in _listed(principal.get("Service", []))
 
 
 def _arn_like(pattern: str, value: str) -> bool:
@@ -73,6 +77,7 @@ def _arn_like(pattern: str, value: str) -> bool:
 
 _OPERATORS = {
     "StringEquals": lambda expected, actual: actual == expected,
+    "StringEqualsIgnoreCase": lambda expected, actual: actual.lower() == str(expected).lower(),
     "StringLike": lambda expected, actual: fnmatch.fnmatchcase(actual, expected),
     "ArnEquals": lambda expected, actual: actual == expected,
     "ArnLike": _arn_like,
@@ -97,8 +102,9 @@ def _conditions_hold(conditions: Mapping[str, Mapping[str, Any]], request: Reque
     return True
 
 
-def _applies(statement: Mapping[str, Any], request: Request) -> bool:
-    if not _principal_matches(statement.get("Principal"), request):
+def _applies(statement: Mapping[str, Any], request: Request, *, identity: bool = False) -> bool:
+    # An identity policy's statements name no principal: they apply to whoever holds the policy.
+    if not identity and not _principal_matches(statement.get("Principal"), request):
         return False
     if not any(fnmatch.fnmatchcase(request.action.lower(), a.lower()) for a in _listed(statement["Action"])):
         return False
@@ -107,9 +113,16 @@ def _applies(statement: Mapping[str, Any], request: Request) -> bool:
     return _conditions_hold(statement.get("Condition", {}), request)
 
 
-def allowed(document: Mapping[str, Any], request: Request, place: Place) -> bool:
+def allowed(document: Mapping[str, Any], request: Request, place: Place, *, identity: bool = False) -> bool:
+    """Whether ``document`` allows ``request``: a resource or trust policy (its statements name principals), or
+    with ``identity`` the policy of the caller itself (several documents: pass them joined, see :func:`joined`)."""
     statements = [place.resolve(s) for s in _listed(document["Statement"])]
-    applying = [s for s in statements if _applies(s, request)]
+    applying = [s for s in statements if _applies(s, request, identity=identity)]
     if any(s["Effect"] == "Deny" for s in applying):
         return False
     return any(s["Effect"] == "Allow" for s in applying)
+
+
+def joined(*documents: Mapping[str, Any]) -> dict:
+    """One document holding every statement of ``documents`` (a role's policies are judged together)."""
+    return {"Statement": [s for d in documents for s in _listed(d["Statement"])]}

@@ -110,8 +110,16 @@ def _wait_ready(emulator: Emulator, proc: subprocess.Popen, timeout_s: float) ->
 
 
 def start(*, state_dir: Path = DEFAULT_STATE_DIR, port: int | None = None, account: str = DEFAULT_ACCOUNT,
-          region: str = DEFAULT_REGION, timeout_s: float = 60.0) -> Emulator:
-    """Start the emulator (or return the one already running from this state dir)."""
+          region: str = DEFAULT_REGION, timeout_s: float = 60.0, accounts_by_key: bool = False) -> Emulator:
+    """Start the emulator (or return the one already running from this state dir).
+
+    ``accounts_by_key``: several accounts in one emulator, each request acting in the account of its access
+    key as moto maps it (``moto.iam.models.get_account_id_from``): a key STS issued for a role ARN of account
+    X acts in X; any other key in moto's default account, which ``account`` must then be. Otherwise every
+    request acts in ``account`` (moto's MOTO_ACCOUNT_ID overrides the keys)."""
+    if accounts_by_key and account != DEFAULT_ACCOUNT:
+        raise EmulatorError(f"account: allowed with accounts_by_key: {DEFAULT_ACCOUNT} (moto's default, what an "
+                            f"unknown key acts in); found: {account}")
     existing = running(state_dir)
     if existing is None:
         stop(state_dir=state_dir)  # a stale state file, or a launcher that stopped answering
@@ -126,6 +134,8 @@ def start(*, state_dir: Path = DEFAULT_STATE_DIR, port: int | None = None, accou
     port = port or free_port()
     log = state_dir / "moto_server.log"
     env = {**os.environ, "MOTO_ACCOUNT_ID": account, "AWS_DEFAULT_REGION": region, "PYTHONUNBUFFERED": "1"}
+    if accounts_by_key:
+        del env["MOTO_ACCOUNT_ID"]
     repo_root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo_root), env.get("PYTHONPATH", "")) if p)
     with open(log, "ab") as out:

@@ -6,7 +6,8 @@ same contract plus what only the container can see (the drafter's files), and re
 vLLM's own OpenAI server, so SIGTERM from SageMaker reaches uvicorn directly.
 
 Every problem found here ends the process with exit status 2 and one line naming the variable and what
-is allowed, before vLLM spends minutes loading a model.
+is allowed, before vLLM spends minutes loading a model. First of all, a pinned weights bundle is verified file
+by file (peagle_contract.bundle); pinned or not, the SageMaker loader never sees the bundle as its script path.
 
 Local runs: ``PEAGLE_HOST`` / ``PEAGLE_PORT`` move the listener (SageMaker always gets 0.0.0.0:8080);
 arguments after ``serve`` are passed on to vLLM (e.g. ``--enforce-eager``).
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from peagle_contract.bundle import MANIFEST_DIGEST_VAR, BundleError, check_bundle
+from peagle_contract.bundle import MANIFEST_DIGEST_VAR, BundleError, verify_bundle
 from peagle_contract.drafter import DrafterCheckError, check_drafter_dir
 from peagle_contract.serving import (
     ENV_PREFIX,
@@ -30,9 +31,13 @@ from peagle_contract.serving import (
     ServingConfigError,
     check_environment,
     environment_to_argv,
+    parse_request_capabilities,
 )
 
+from peagle_runtime.check_pool import workers_from_environment
+from peagle_runtime.plugin import ENV_SWITCH as FUSED_DRAFT_VAR
 from peagle_runtime.plugin import switch_value as fused_draft_switch
+from peagle_runtime.shutdown import ENGINE_MARGIN_S, drain_budget_from_environment
 
 SAGEMAKER_PORT = 8080
 DEFAULT_HOST = "0.0.0.0"
@@ -46,12 +51,18 @@ _LISTENER_FLAGS = frozenset({"port", "host", "uds"})
 # Per-request draft/accept counts ride on vLLM's response metrics; on unless the operator chose a level.
 _SPEC_METRICS_FLAG = "per_request_spec_decode_metrics"
 # SageMaker sends SIGTERM and SIGKILLs 30 s later. vLLM 0.32's two shutdown modes: 0 ("abort") aborts every
-# in-flight request and stops the engine at once - the aborts' final events reach the server only when the
-# engine sends them before it is killed, a race (a stream that loses it is ended by the middleware,
-# shutdown.SHUTDOWN_GRACE_S later); a positive timeout ("drain") lets requests run but never aborts
-# the ones still running at the deadline, and their streams hang until SIGKILL (both measured in
-# tests/runtime/test_shutdown.py). SageMaker stops an instance after traffic has moved away, so abort.
-SHUTDOWN_TIMEOUT_S = 0
+# in-flight request at once, a positive timeout ("drain") lets requests run but never aborts the ones still
+# running at its deadline (their streams hang until SIGKILL). vLLM drains here, with a timeout longer than the
+# middleware's drain budget (peagle_runtime.shutdown): the middleware ends what is still open when its budget runs
+# out, which aborts those requests in the engine, so vLLM's drain completes and the process exits before SIGKILL
+# (its timeout is the budget plus shutdown.ENGINE_MARGIN_S).
+# vLLM's SageMaker router (model_hosting_container_standards) imports <SAGEMAKER_MODEL_PATH>/<CUSTOM_SCRIPT_FILENAME>
+# at start when that file exists; the defaults are /opt/ml/model/ and model.py, and /opt/ml/model is the weights
+# bundle. vLLM's server gets a folder of the image instead, which the Dockerfile makes empty and read-only and
+# SageMaker never writes (the bundle lands in /opt/ml/model only): no file of any bundle is imported, pinned or not.
+LOADER_PATH_VAR, LOADER_SCRIPT_VAR = "SAGEMAKER_MODEL_PATH", "CUSTOM_SCRIPT_FILENAME"
+LOADER_SCRIPT = "model.py"
+NO_CUSTOM_CODE_DIR = "/opt/peagle/no-custom-code/"
 
 
 class EntrypointError(ValueError):
@@ -109,6 +120,34 @@ def _check_extra_args(extra: Sequence[str]) -> None:
             raise EntrypointError(f"argument {arg[:40]!r}: must be a single line")
 
 
+def _log(line: str) -> None:
+    print(f"peagle-serve: {line}", file=sys.stderr, flush=True)
+
+
+def verify_weights(env: Mapping[str, str], model_dir: str | Path = TARGET_MODEL_DIR) -> None:
+    """The bundle in ``model_dir`` must be exactly the pinned one (every file's size and SHA-256, nothing else),
+    before anything reads it; one line says what was hashed and how fast. Unpinned: said, not checked."""
+    if MANIFEST_DIGEST_VAR not in env:
+        _log(f"{MANIFEST_DIGEST_VAR} not set: the weights in {model_dir} are not verified")
+        return
+    try:
+        verified = verify_bundle(Path(model_dir), env[MANIFEST_DIGEST_VAR])
+    except BundleError as exc:
+        raise EntrypointError(str(exc)) from None
+    _log(f"bundle {model_dir} verified against {MANIFEST_DIGEST_VAR} ({env[MANIFEST_DIGEST_VAR][:12]}...): "
+         + verified.summary())
+
+
+def loader_environment(loader_dir: str = NO_CUSTOM_CODE_DIR) -> dict[str, str]:
+    """The SageMaker loader's variables for vLLM's server: a script path that holds nothing (checked here, so the
+    guarantee does not rest on the image alone)."""
+    folder = Path(loader_dir)
+    if folder.is_dir() and any(folder.iterdir()):
+        raise EntrypointError(f"{LOADER_PATH_VAR}: {loader_dir} must be empty (the SageMaker loader imports "
+                              f"{LOADER_SCRIPT} from it); found {sorted(p.name for p in folder.iterdir())[:5]}")
+    return {LOADER_PATH_VAR: loader_dir, LOADER_SCRIPT_VAR: LOADER_SCRIPT}
+
+
 def _looks_local(path: str) -> bool:
     return path.startswith(("/", "./", "../", "~"))
 
@@ -117,11 +156,7 @@ def build_command(env: Mapping[str, str], extra_args: Sequence[str] = (), *,
                   model_dir: str | Path = TARGET_MODEL_DIR,
                   python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
     """The vLLM server command line and its environment, after every check. Raises EntrypointError."""
-    if env.get(MANIFEST_DIGEST_VAR):
-        try:  # the weights must be the bundle the environment pinned, before anything reads them
-            check_bundle(Path(model_dir), env[MANIFEST_DIGEST_VAR])
-        except BundleError as exc:
-            raise EntrypointError(str(exc)) from None
+    verify_weights(env, model_dir)  # the pinned bundle, exactly, before anything reads it
     env = default_model(env, model_dir)
     try:
         spec = check_environment(env)
@@ -141,7 +176,10 @@ def build_command(env: Mapping[str, str], extra_args: Sequence[str] = (), *,
     _check_extra_args(extra_args)
     try:
         fused_draft_switch(env)  # vLLM would only load the plugin (and fail) after minutes of start-up
-    except ValueError as exc:
+        drain_s = drain_budget_from_environment(env)  # the middleware's knobs: refused here, not at the first request
+        workers_from_environment(env)
+        parse_request_capabilities(env)
+    except (ValueError, ServingConfigError) as exc:
         raise EntrypointError(str(exc)) from None
 
     argv = environment_to_argv(env)
@@ -150,13 +188,19 @@ def build_command(env: Mapping[str, str], extra_args: Sequence[str] = (), *,
     if _SPEC_METRICS_FLAG not in given:
         argv += ["--" + _SPEC_METRICS_FLAG.replace("_", "-"), "summary"]
     if "shutdown_timeout" not in given:
-        argv += ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
+        argv += ["--shutdown-timeout", str(drain_s + ENGINE_MARGIN_S)]
     if "enable_per_request_metrics" not in given and "disable_log_stats" not in given:
         argv.append("--enable-per-request-metrics")  # the engine's own TTFT for whole-body responses
     argv += list(extra_args)
 
     child_env = dict(env)
     child_env.update(MODEL_RUNNER_ENV)  # parallel drafting needs the V1 model runner
+    child_env.update(loader_environment())
+    # The fused kernel's "auto": proven once here, in a child process, before vLLM starts (never in the engine).
+    # Imported here: the kernels package needs torch, which the image's base brings and a config check does not.
+    from peagle_runtime.kernels.start_check import fused_draft_at_start
+
+    child_env[FUSED_DRAFT_VAR] = fused_draft_at_start(child_env, spec, target, log=_log)
     return [python, "-m", SERVER_MODULE, *argv], child_env
 
 

@@ -23,7 +23,8 @@ def as_text(value: object) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-# The alarms every endpoint (and component) gets: those a deployment rolls back on, those that only notify.
-ROLLBACK = {"TimeToFirstTokenP90", "TimePerOutputTokenP90", "Invocation5XXErrorRate", "InvocationModelErrorRate",
-            "AcceptanceRate"}
-NOTIFY_ONLY = {"ModelLatencyP99", "VllmTimeToFirstTokenP90", "VllmInterTokenLatencyP90", "VllmAcceptanceRate"}
+# The alarms every endpoint (and component) gets: those a deployment rolls back on (signals no client can move
+# at will), those that only notify (client-movable ones among them).
+ROLLBACK = {"TimePerOutputTokenP90", "Invocation5XXErrorRate"}
+NOTIFY_ONLY = {"TimeToFirstTokenP90", "InvocationModelErrorRate", "AcceptanceRate", "ModelLatencyP99",
+               "VllmTimeToFirstTokenP90", "VllmInterTokenLatencyP90", "VllmAcceptanceRate"}

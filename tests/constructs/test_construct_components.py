@@ -69,9 +69,7 @@ def test_the_rolling_update_moves_one_copy_at_a_time_and_rolls_back_on_the_compo
     alarms = resources(template, "AWS::CloudWatch::Alarm")
     names = {alarms[a["AlarmName"]["Ref"]]["Properties"]["AlarmName"]
              for a in deployment["AutoRollbackConfiguration"]["Alarms"]}
-    assert names == {f"{NAME}-chat-{what}" for what in ("TimeToFirstTokenP90", "TimePerOutputTokenP90",
-                                                        "Invocation5XXErrorRate", "InvocationModelErrorRate",
-                                                        "AcceptanceRate")}
+    assert names == {f"{NAME}-chat-{what}" for what in ("TimePerOutputTokenP90", "Invocation5XXErrorRate")}
 
 
 def test_copies_track_concurrency_and_scale_in_to_zero(template):

@@ -42,7 +42,10 @@ def test_execution_role_is_least_privilege(stack, serving, image):
     _, policy = one(template, "AWS::IAM::ManagedPolicy")
     by_action = {as_text(s["Action"]): s for s in statements(policy)}
     assert as_text(by_action['"s3:GetObject"']["Resource"]).endswith(':s3:::models-bucket/bundles/llama-p-eagle/*"]]}')
-    assert by_action['"s3:ListBucket"']["Condition"] == {"StringLike": {"s3:prefix": ["bundles/llama-p-eagle/*"]}}
+    owner = {"StringEquals": {"s3:ResourceAccount": "333333333333"}}  # the stack's own account by default
+    assert by_action['"s3:GetObject"']["Condition"] == owner
+    assert by_action['"s3:ListBucket"']["Condition"] == {"StringLike": {"s3:prefix": ["bundles/llama-p-eagle/*"]},
+                                                         **owner}
     pull = by_action[as_text(["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"])]
     assert as_text(pull["Resource"]).endswith(':ecr:us-west-2:222222222222:repository/team/peagle"]]}')
     logs_statement = by_action[as_text(["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
@@ -125,3 +128,47 @@ def test_vllm_flags_only_through_the_serving_config(stack, serving, image):
 def test_image_uri_must_be_ecr(uri):
     with pytest.raises(ConfigError, match=r"^image: .*ECR"):
         ContainerImage.from_uri(uri)
+
+
+PIN = "9f" * 32
+
+
+def _s3_reads(stack) -> dict[str, dict]:
+    _, policy = one(Template.from_stack(stack), "AWS::IAM::ManagedPolicy")
+    return {s["Action"]: s for s in statements(policy) if s["Action"] in ("s3:GetObject", "s3:ListBucket")}
+
+
+def test_a_pinned_bundle_is_all_the_model_may_read_and_only_from_the_owners_bucket(stack, image):
+    """Content addressing makes the pinned prefix .../<digest>/: SageMaker copies it, the role reads only it, and
+    only from a bucket the weights account owns (bucket names are global: the same name elsewhere is refused)."""
+    pinned = ServingConfig(target_model=f"s3://models-bucket/bundles/llama/{PIN}/target/",
+                           drafter_model=f"s3://models-bucket/bundles/llama/{PIN}/drafter/", bundle_manifest_sha256=PIN)
+    model = PEagleModel(stack, "Model", serving=pinned, image=image, weights_account="444444444444")
+    assert model.layout.source.uri == f"s3://models-bucket/bundles/llama/{PIN}/"
+    reads = _s3_reads(stack)
+    assert as_text(reads["s3:GetObject"]["Resource"]).endswith(f':s3:::models-bucket/bundles/llama/{PIN}/*"]]}}')
+    assert reads["s3:GetObject"]["Condition"] == {"StringEquals": {"s3:ResourceAccount": "444444444444"}}
+    assert reads["s3:ListBucket"]["Condition"] == {"StringLike": {"s3:prefix": [f"bundles/llama/{PIN}/*"]},
+                                                   "StringEquals": {"s3:ResourceAccount": "444444444444"}}
+
+
+def test_an_environment_agnostic_stack_conditions_on_its_deploy_time_account(image, serving):
+    from aws_cdk import App, Stack
+
+    stack = Stack(App(), "Agnostic")
+    PEagleModel(stack, "Model", serving=serving, image=image)
+    assert _s3_reads(stack)["s3:GetObject"]["Condition"] == {"StringEquals": {"s3:ResourceAccount": {"Ref": "AWS::AccountId"}}}
+
+
+def test_the_weights_account_reaches_the_model_through_model_props(stack, serving, image):
+    from peagle_constructs import FleetProps, ModelProps, PEagleEndpoint
+
+    PEagleEndpoint(stack, "Serving", model=ModelProps(serving=serving, weights_account="555555555555"), image=image,
+                   fleet=FleetProps(instance_type="ml.g6e.12xlarge", instance_count=1))
+    assert _s3_reads(stack)["s3:GetObject"]["Condition"] == {"StringEquals": {"s3:ResourceAccount": "555555555555"}}
+
+
+@pytest.mark.parametrize("account", ["12345", "1234567890123", "abcdefghijkl", ""])
+def test_a_weights_account_that_is_not_an_account_id_is_refused(stack, serving, image, account):
+    with pytest.raises(ConfigError, match=r"^weights_account: got .*; allowed: the 12-digit id"):
+        PEagleModel(stack, "Model", serving=serving, image=image, weights_account=account)

@@ -125,3 +125,38 @@ def test_environment_limits_are_sagemakers_and_fail_at_construction():
     with pytest.raises(ServingConfigError) as err:
         ServingConfig(**S3, extra_args=many)
     assert err.value.field_name == "extra_args" and "at most 100" in str(err.value)
+
+
+PIN = "3c" * 32
+PINNED = dict(target_model=f"s3://weights-bucket/bundles/gpt-oss/{PIN}/target/",
+              drafter_model=f"s3://weights-bucket/bundles/gpt-oss/{PIN}/drafter/", bundle_manifest_sha256=PIN)
+
+
+def test_a_pin_renders_beside_the_two_folders_of_the_bundle_it_names():
+    from peagle_contract.bundle import MANIFEST_DIGEST_VAR, bundle_uri
+
+    assert bundle_uri("s3://weights-bucket/bundles/gpt-oss/", PIN) + "target/" == PINNED["target_model"]
+    assert ServingConfig(**PINNED).to_environment()[MANIFEST_DIGEST_VAR] == PIN
+
+
+@pytest.mark.parametrize(("overrides", "field", "allowed"), [
+    # Not 64 lowercase hex characters.
+    ({"bundle_manifest_sha256": "3C" * 32}, "bundle_manifest_sha256", "64 lowercase hex"),
+    ({"bundle_manifest_sha256": "3c" * 31}, "bundle_manifest_sha256", "64 lowercase hex"),
+    ({"bundle_manifest_sha256": ""}, "bundle_manifest_sha256", "64 lowercase hex"),
+    # A pin with models outside the bundle it names: the old fixed prefix, another digest's folder, two bundles,
+    # the drafter inside the target, hub ids (the container would find no bundle to verify).
+    ({"target_model": "s3://weights-bucket/bundles/gpt-oss/target/",
+      "drafter_model": "s3://weights-bucket/bundles/gpt-oss/drafter/"}, "target_model", f"/{PIN[:12]}.../target/"),
+    ({"target_model": f"s3://weights-bucket/bundles/gpt-oss/{'4d' * 32}/target/"}, "target_model", "ending in"),
+    ({"drafter_model": f"s3://weights-bucket/bundles/other/{PIN}/drafter/"}, "drafter_model",
+     f"'s3://weights-bucket/bundles/gpt-oss/{PIN}/drafter/'"),
+    ({"drafter_model": f"s3://weights-bucket/bundles/gpt-oss/{PIN}/target/drafter/"}, "drafter_model", "same bundle"),
+    ({"target_model": "openai/gpt-oss-20b", "drafter_model": "amazon/gpt-oss-20b-p-eagle"}, "target_model",
+     "S3 prefix ending in"),
+])
+def test_a_pin_must_be_a_digest_and_name_the_bundle_the_models_come_from(overrides, field, allowed):
+    with pytest.raises(ServingConfigError) as err:
+        ServingConfig(**{**PINNED, **overrides})
+    assert err.value.field_name == field
+    assert allowed in str(err.value) and "got " in str(err.value)

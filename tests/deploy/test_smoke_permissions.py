@@ -61,18 +61,19 @@ def test_every_call_of_the_smoke_test_is_allowed_to_the_stages_role(stage_stacks
         monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
         smoke.smoke_aws(config.endpoint_name, component=config.component_name, region=moto_region,
                         log_wait_s=0.05, stack_name=stage_stack_name(config.name))
-    role = CiRolesStack(App(), repository="acme/peagle", env={"account": ACCOUNT, "region": REGION})
-    (policy,) = [r["Properties"]["PolicyDocument"] for r in Template.from_stack(role).to_json()["Resources"].values()
-                 if r["Type"] == "AWS::IAM::Policy" and config.name in r["Properties"]["PolicyName"]]
-    identity = {"Statement": [{**statement, "Principal": "*"} for statement in policy["Statement"]]}
+    role = CiRolesStack(App(), "CiRoles", repository="acme/peagle", environments=[config],
+                        env={"account": ACCOUNT, "region": REGION})
+    (identity,) = [r["Properties"]["PolicyDocument"] for r in Template.from_stack(role).to_json()["Resources"].values()
+                   if r["Type"] == "AWS::IAM::Policy" and config.name in r["Properties"]["PolicyName"]]
     place = Place(account=ACCOUNT, region=REGION)
     made = {(service, operation) for service, operation, _ in calls}
     assert {("cloudformation", "GetTemplate"), ("sagemaker", "DescribeModel"), ("logs", "FilterLogEvents")} <= made
     denied = [f"{service}:{operation} on {_resource(service, operation, params)}" for service, operation, params in calls
               if not allowed(identity, Request(service="", action=f"{service}:{operation}",
-                                               resource=_resource(service, operation, params)), place)]
+                                               resource=_resource(service, operation, params)), place, identity=True)]
     assert denied == []
     # Negative control: another stage's endpoint is not this role's to describe.
     other = next(c for c in ENVIRONMENTS if c.name != config.name)
     assert not allowed(identity, Request(service="", action="sagemaker:DescribeEndpoint",
-                                         resource=f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:endpoint/{other.endpoint_name}"), place)
+                                         resource=f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:endpoint/{other.endpoint_name}"),
+                       place, identity=True)

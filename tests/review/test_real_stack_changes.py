@@ -70,8 +70,9 @@ CHANGES = {
     "instance-type": lambda: replace(SINGLE, fleet=replace(SINGLE.fleet, instance_type="ml.g6e.4xlarge")),
     "endpoint-name": lambda: _renamed(SINGLE),
     "weights-bundle": lambda: replace(SINGLE, model=replace(SINGLE.model, serving=replace(
-        SINGLE.model.serving, target_model="s3://peagle-weights-staging/bundles/gpt-oss-20b-v2/target/",
-        drafter_model="s3://peagle-weights-staging/bundles/gpt-oss-20b-v2/drafter/", bundle_manifest_sha256="c0" * 32))),
+        SINGLE.model.serving, target_model=f"s3://peagle-weights-staging/bundles/gpt-oss-20b-v2/{'c0' * 32}/target/",
+        drafter_model=f"s3://peagle-weights-staging/bundles/gpt-oss-20b-v2/{'c0' * 32}/drafter/",
+        bundle_manifest_sha256="c0" * 32))),  # a pinned bundle lives under its digest
     "alarm-threshold": lambda: replace(SINGLE, model=replace(SINGLE.model,
                                                              alarm_thresholds=AlarmThresholds(ttft_p90_ms=1500.0))),
 }

@@ -196,3 +196,38 @@ def test_replacement_properties_are_cloudformations_create_only_properties(type_
         assert set(ours) <= set(schema["properties"])
     else:
         assert set(ours) == create_only, (sorted(ours), sorted(create_only))
+
+
+@pytest.mark.slow
+def test_the_judge_diffs_the_pull_requests_templates_without_running_its_code(scenario_repo: dict, tmp_path) -> None:
+    """--head-templates: the head synthesized elsewhere (the pull request's run), carried as its artifact (packed,
+    zipped, checked, unpacked) and diffed against the base synthesized from the checkout, which is the base's
+    code: the same findings as a synth of the head, and each head template's SHA-256 in the reviews."""
+    import hashlib
+    import zipfile
+
+    from review import head_artifact
+
+    repo = _scenario(scenario_repo, "K 7 -> 4", k=4)
+    synthesized_dir = tmp_path / "head-synth"
+    _, synthesized = stack_diff.run(repo=repo, base_ref=scenario_repo["base"], cache_dir=scenario_repo["cache"],
+                                    context={}, keep_head=synthesized_dir)
+    head_artifact.pack(synthesized_dir, tmp_path / "packed")
+    (tmp_path / "download").mkdir()
+    with zipfile.ZipFile(tmp_path / "download" / "stack-templates.zip", "w") as zf:
+        for path in (tmp_path / "packed").iterdir():
+            zf.write(path, path.name)
+    head_artifact.unpack(tmp_path / "download", tmp_path / "templates")
+    _git(repo, "checkout", "-q", "--detach", scenario_repo["base"])  # the judge's checkout: the base only
+    markdown, judged = stack_diff.run(repo=repo, base_ref="HEAD", cache_dir=scenario_repo["cache"], context={},
+                                      head_templates=tmp_path / "templates")
+
+    def shape(reviews):
+        return [(r.display_name, r.verdict, sorted((f.logical_id, f.change, f.verdict) for f in r.findings))
+                for r in reviews]
+
+    assert shape(judged) == shape(synthesized) and judged[0].findings, markdown
+    for r in judged:
+        written = next(s for s in cdk.list_stacks(synthesized_dir) if s.display_name == r.display_name)
+        assert r.template_sha256 == hashlib.sha256(written.template_path.read_bytes()).hexdigest()
+        assert "AWS::SageMaker::Model" in r.cli_diff  # the CLI read the assembly written from the templates

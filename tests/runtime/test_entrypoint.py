@@ -12,7 +12,7 @@ from peagle_contract.drafter import MASK_HIDDEN, MASK_TOKEN_WRITE_KEY
 from peagle_contract.serving import ServingConfig
 
 from models import layout
-from peagle_runtime import entrypoint
+from peagle_runtime import entrypoint, shutdown
 from peagle_runtime.entrypoint import EntrypointError, build_command
 
 
@@ -73,7 +73,8 @@ def test_round_trip_through_vllm_parser(vllm_parser, tiny_pair, kw):
     assert (args.host, args.port) == ("0.0.0.0", 8080)
     assert args.middleware == [entrypoint.MIDDLEWARE]
     assert engine.per_request_spec_decode_metrics == "summary"
-    assert engine.shutdown_timeout == entrypoint.SHUTDOWN_TIMEOUT_S == 0  # abort: open streams end at once
+    # vLLM drains, longer than the middleware's budget: the middleware ends what is left, then vLLM exits.
+    assert engine.shutdown_timeout == shutdown.DEFAULT_DRAIN_S + shutdown.ENGINE_MARGIN_S < 30
     assert child_env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
 
 
@@ -217,3 +218,90 @@ def test_every_presets_flags_are_vllms_own_and_reach_the_engine(vllm_parser, tin
     assert engine.max_model_len == preset.max_model_len and engine.max_num_seqs == preset.max_num_seqs
     for key, value in preset.extra_environment.items():
         assert child_env[key] == value
+
+
+# -- the weights bundle: verified exactly against the pin before anything else -------------------------------
+
+def _pinned(tiny_pair, root) -> dict[str, str]:
+    """The environment a pinned stage gives the container, with the tiny pair mounted as its bundle in ``root``."""
+    from tests.bundle_helpers import mount_bundle
+
+    pin = mount_bundle(root, tiny_pair.target, tiny_pair.drafter)
+    cfg = ServingConfig(target_model=f"s3://bucket/bundles/tiny/{pin}/target/", num_speculative_tokens=4,
+                        drafter_model=f"s3://bucket/bundles/tiny/{pin}/drafter/", bundle_manifest_sha256=pin)
+    return cfg.to_environment(target_dir=str(root / "target"), drafter_dir=str(root / "drafter"))
+
+
+def test_a_pinned_bundle_is_verified_and_one_line_says_what_and_how_fast(tiny_pair, tmp_path, capsys, vllm_parser):
+    from peagle_contract.bundle import MANIFEST_DIGEST_VAR
+
+    root = tmp_path / "opt-ml-model"
+    env = _pinned(tiny_pair, root)
+    cmd, child_env = build_command(env, model_dir=root)
+    assert _parse(vllm_parser, cmd).model == str(root / "target")
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "verified" in x]
+    files = sum(1 for p in root.rglob("*") if p.is_file()) - 1
+    assert line.startswith(f"peagle-serve: bundle {root} verified against {MANIFEST_DIGEST_VAR} "
+                           f"({env[MANIFEST_DIGEST_VAR][:12]}...): {files} files, ")
+    assert " MB in " in line and " MB/s, " in line and line.endswith(" threads)")
+    assert child_env[entrypoint.LOADER_PATH_VAR] == entrypoint.NO_CUSTOM_CODE_DIR
+
+
+def _flip_a_byte(root):
+    path = root / "drafter" / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+ATTACKS = [
+    ("changed-byte", _flip_a_byte, "drafter/model.safetensors: sha256 expected"),
+    ("missing-file", lambda root: (root / "target" / "config.json").unlink(), "target/config.json: missing"),
+    ("extra-at-root", lambda root: (root / "extra.bin").write_bytes(b"x"), "extra.bin: a file at the bundle root"),
+    ("extra-in-target", lambda root: (root / "target" / "extra.bin").write_bytes(b"x"),
+     "target/extra.bin: not in the manifest"),
+    ("model-py", lambda root: (root / "model.py").write_text("import os\n"), "model.py: a file named model.py"),
+    ("escaping-link", lambda root: (root / "target" / "config.json").unlink()
+     or (root / "target" / "config.json").symlink_to("/etc/hostname"), "target/config.json: a symbolic link"),
+    ("incomplete", lambda root: (root / "manifest.json").unlink(), "incomplete bundle"),
+]
+
+
+@pytest.mark.parametrize("name,attack,message", ATTACKS, ids=[a[0] for a in ATTACKS])
+def test_an_unverified_bundle_never_reaches_the_vllm_command(tiny_pair, tmp_path, monkeypatch, capsys, name, attack,
+                                                             message):
+    """Before the change only manifest.json was hashed: each of these started vLLM on the attacker's bytes."""
+    root = tmp_path / "opt-ml-model"
+    env = _pinned(tiny_pair, root)
+    attack(root)
+
+    def built(*_a, **_k):
+        raise AssertionError("the vLLM command was built from an unverified bundle")
+
+    monkeypatch.setattr(entrypoint, "environment_to_argv", built)
+    with pytest.raises(EntrypointError, match="^PEAGLE_BUNDLE_MANIFEST_SHA256: pins manifest ") as err:
+        build_command(env, model_dir=root)
+    assert message in str(err.value)
+    # The process: status 2, one line, and nothing exec'd.
+    monkeypatch.setattr(entrypoint, "build_command", lambda e, a: build_command(e, a, model_dir=root))
+    monkeypatch.setattr(entrypoint.os, "execvpe", built)
+    monkeypatch.setattr(entrypoint.os, "environ", env)
+    assert entrypoint.main(["serve"]) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("peagle-serve: error:")]
+    assert message in line
+
+
+@pytest.mark.parametrize("pin", ["", "latest", "AB" * 32])
+def test_a_pin_that_is_not_64_lowercase_hex_stops_the_start(tiny_pair, tmp_path, pin):
+    root = tmp_path / "opt-ml-model"
+    env = {**_pinned(tiny_pair, root), "PEAGLE_BUNDLE_MANIFEST_SHA256": pin}
+    with pytest.raises(EntrypointError, match="^PEAGLE_BUNDLE_MANIFEST_SHA256: got .*; allowed: a SHA-256 digest, 64 "
+                                              "lowercase hex characters"):
+        build_command(env, model_dir=root)
+
+
+def test_unpinned_weights_are_said_to_be_unverified_and_still_never_the_loaders_path(tiny_pair, capsys):
+    _, child_env = build_command(_env_for(tiny_pair))
+    assert "PEAGLE_BUNDLE_MANIFEST_SHA256 not set: the weights in /opt/ml/model are not verified" in capsys.readouterr().err
+    assert (child_env[entrypoint.LOADER_PATH_VAR], child_env[entrypoint.LOADER_SCRIPT_VAR]) == (
+        entrypoint.NO_CUSTOM_CODE_DIR, "model.py")

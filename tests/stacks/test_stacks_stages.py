@@ -28,20 +28,29 @@ IMAGE = {"imageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/x:1"}
     ({}, {"CDK_DEFAULT_ACCOUNT": "555555555555", "CDK_DEFAULT_REGION": "eu-west-1"}, ("555555555555", "eu-west-1")),
     ({"account": "444444444444", "region": "eu-central-1"}, {"CDK_DEFAULT_ACCOUNT": "555555555555"},
      ("444444444444", "eu-central-1")),
+    ({"account.Dev": "333333333333", "account": "444444444444", "region.Dev": "eu-north-1", "region": "eu-central-1"},
+     {"CDK_DEFAULT_ACCOUNT": "555555555555"}, ("333333333333", "eu-north-1")),
     (OFFLINE, {}, (OFFLINE_ACCOUNT, OFFLINE_REGION)),
 ])
-def test_account_and_region_from_context_then_the_cli_then_an_explicit_offline_placeholder(
+def test_account_and_region_from_the_stage_context_then_the_app_then_the_cli_then_an_explicit_offline_placeholder(
         monkeypatch, context, environ, expected):
+    """One stage here: the rules that keep several apart are tests/stacks/test_stacks_isolation.py's."""
     from aws_cdk import App
 
     from stacks.application import build_app
+    from stacks.environments import DEV
 
     for var in ("CDK_DEFAULT_ACCOUNT", "CDK_DEFAULT_REGION"):
         monkeypatch.delenv(var, raising=False)
     for var, value in environ.items():
         monkeypatch.setenv(var, value)
-    stages = build_app(App(context={**IMAGE, **context}), nag=False)
+    stages = build_app(App(context={**IMAGE, **context}), [DEV], nag=False)
     assert {(stage.account, stage.region) for stage in stages.values()} == {expected}
+    # The environment's own account wins over all of them.
+    from dataclasses import replace
+
+    own = build_app(App(context={**IMAGE, **context}), [replace(DEV, account="666666666666")], nag=False)
+    assert own["Dev"].account == "666666666666"
 
 
 def test_synth_without_an_account_says_so_unless_offline(monkeypatch, tmp_path):
@@ -131,8 +140,7 @@ def test_rollback_alarms_are_the_stacks_metric_alarms_on_healthy_fleet_signals(t
     rollback = {a["AlarmName"]["Ref"] for a in rolled["Properties"]["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]}
     assert rollback <= set(alarms) and len(rollback) <= 10
     names = {alarms[i]["AlarmName"].removeprefix(f"{env.component_name or env.endpoint_name}-") for i in rollback}
-    assert names == {"TimeToFirstTokenP90", "TimePerOutputTokenP90", "Invocation5XXErrorRate",
-                     "InvocationModelErrorRate", "AcceptanceRate"}
+    assert names == {"TimePerOutputTokenP90", "Invocation5XXErrorRate"}  # signals no client can move at will
     # Whole-request latency and the PromQL alarms notify only.
     assert not any("PromQLCriteria" in str(alarms[i].get("EvaluationCriteria")) for i in rollback)
     assert "ModelLatencyP99" not in names
@@ -181,18 +189,21 @@ def test_a_pinned_weights_manifest_reaches_the_model_and_replaces_it(tmp_path):
     from peagle_contract.bundle import MANIFEST_DIGEST_VAR
 
     from stacks.application import OFFLINE, build_app
-    from stacks.environments import DEV
+    from stacks.environments import DEV, bundle
 
-    def model_env(digest):
-        env = replace(DEV, model=replace(DEV.model, serving=replace(DEV.model.serving, bundle_manifest_sha256=digest)))
+    def model(digest):
+        env = replace(DEV, model=replace(DEV.model, serving=replace(DEV.model.serving, **bundle("dev", digest))))
         stage = build_app(App(context=OFFLINE), [env], nag=False)["Dev"]
         (stack,) = [c for c in stage.node.children if hasattr(c, "template_options")]
         models = Template.from_stack(stack).find_resources("AWS::SageMaker::Model")
         (model,) = models.values()
-        return model["Properties"]["PrimaryContainer"]["Environment"]
+        return model["Properties"]["PrimaryContainer"]
 
-    assert model_env("ab" * 32)[MANIFEST_DIGEST_VAR] == "ab" * 32
-    assert MANIFEST_DIGEST_VAR not in model_env(None)
+    pinned = model("ab" * 32)
+    assert pinned["Environment"][MANIFEST_DIGEST_VAR] == "ab" * 32
+    # The pin names the bytes SageMaker copies: the model's data source is that bundle's folder, nothing beside it.
+    assert pinned["ModelDataSource"]["S3DataSource"]["S3Uri"].endswith(f"/gpt-oss-20b-p-eagle/{'ab' * 32}/")
+    assert MANIFEST_DIGEST_VAR not in model(None)["Environment"]
 
 
 def test_dev_says_what_scale_to_zero_bills_and_releases_idle_instances(templates):

@@ -34,7 +34,8 @@ from constructs import Construct
 
 from peagle_constructs import security
 from peagle_constructs.autoscaling import ComponentAutoscaling, check_floor_above_zero
-from peagle_constructs.deployment import DeploymentPolicy, append_rollback_alarm
+from peagle_constructs.break_glass import break_glass, mark_break_glass
+from peagle_constructs.deployment import DeploymentPolicy, RollbackAlarms
 from peagle_constructs.endpoint import PEagleInferenceEndpoint, endpoint_name_for
 from peagle_constructs.endpoint_config import InstanceScaling, PEagleEndpointConfig
 from peagle_constructs.endpoint_reference import EndpointBase
@@ -197,7 +198,8 @@ class PEagleInferenceComponent(Construct):
     ``copy_count`` copies at creation (the autoscaling then owns the count); ``compute`` what each copy
     reserves; ``scaling`` the copy autoscaling (None: a fixed count); ``deployment`` a rolling policy
     (``DeploymentPolicy.rolling(copies=...)``, default one copy at a time, 10 minutes' bake), rolled back by
-    the component's TTFT, TPOT, error-rate and acceptance alarms. ``component_name`` defaults to
+    the component's 5xx-rate and engine-clock TPOT alarms (the signals no client moves at will; the others page,
+    peagle_constructs.monitoring.ROLLBACK_SIGNALS). ``component_name`` defaults to
     ``<endpoint name>-<id>``, lower-cased: clients name it in every request (``InferenceComponentName``).
     """
 
@@ -241,11 +243,11 @@ class PEagleInferenceComponent(Construct):
         self.model = PEagleModel(
             self, "Model", serving=serving, image=image, network_isolation=model.network_isolation,
             log_group=self.monitoring.log_group, weights_key=weights_key, environment=model.environment,
-            role=endpoint.role,
+            role=endpoint.role, weights_account=model.weights_account,
         )
-        self._rollback_alarms: list[cloudwatch.IAlarm] = []
-        for alarm in self.monitoring.rollback_alarms:
-            append_rollback_alarm(self._rollback_alarms, alarm)
+        self._rollback = RollbackAlarms(self.monitoring.rollback_alarms)
+        # The fleet's role runs the copies, so it is the role SageMaker's guardrails judge this rollout as.
+        self._rollback.grant_read(self.model.policy)
         self.cfn_inference_component = sagemaker.CfnInferenceComponent(
             self, "Resource",
             inference_component_name=name,
@@ -255,6 +257,7 @@ class PEagleInferenceComponent(Construct):
             runtime_config=sagemaker.CfnInferenceComponent.InferenceComponentRuntimeConfigProperty(copy_count=copy_count),
             deployment_config=self._render_deployment(),
         )
+        mark_break_glass(self.cfn_inference_component)  # a hotfix deployed without rollback says so on the resource
         # The endpoint must be InService and the model's log group in place before a copy starts.
         self.cfn_inference_component.node.add_dependency(endpoint.cfn_endpoint)
         self.cfn_inference_component.node.add_dependency(self.monitoring.log_group)
@@ -272,12 +275,12 @@ class PEagleInferenceComponent(Construct):
         endpoint.components[name] = self
 
     def add_rollback_alarm(self, alarm: cloudwatch.IAlarm) -> None:
-        append_rollback_alarm(self._rollback_alarms, alarm)
+        self._rollback.add(alarm)
         self.cfn_inference_component.deployment_config = self._render_deployment()
 
     @property
     def rollback_alarms(self) -> tuple[cloudwatch.IAlarm, ...]:
-        return tuple(self._rollback_alarms)
+        return tuple(self._rollback)
 
     @property
     def alarms(self) -> Mapping[str, cloudwatch.IAlarm]:
@@ -318,7 +321,7 @@ class PEagleInferenceComponent(Construct):
             ),
             auto_rollback_configuration=sagemaker.CfnInferenceComponent.AutoRollbackConfigurationProperty(alarms=[
                 sagemaker.CfnInferenceComponent.AlarmProperty(alarm_name=alarm.alarm_name)
-                for alarm in self._rollback_alarms]) if self._rollback_alarms else None,
+                for alarm in self._rollback]) if self._rollback and break_glass(self) is None else None,
         )
 
 

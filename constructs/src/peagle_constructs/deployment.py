@@ -10,8 +10,12 @@ old ones go), so it needs only one batch of extra instances.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
-from aws_cdk import Duration
+import jsii
+from aws_cdk import CfnDeletionPolicy, CfnResource, Duration, IStableListProducer, Lazy
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_iam as iam
 
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.validation import check_choice, check_duration, check_int
@@ -127,12 +131,65 @@ class DeploymentPolicy:
         return max(EXECUTION_TIMEOUT_MIN_S, min(EXECUTION_TIMEOUT_MAX_S, wanted))
 
 
-def append_rollback_alarm(alarms: list, alarm: object) -> None:
-    """Add ``alarm`` to a rollout's rollback alarms, within SageMaker's AutoRollbackConfig limit."""
-    if len(alarms) >= MAX_ROLLBACK_ALARMS:
-        raise ConfigError("rollback_alarms", f"got a {len(alarms) + 1}th alarm; allowed: at most "
-                          f"{MAX_ROLLBACK_ALARMS} (SageMaker's AutoRollbackConfig)")
-    alarms.append(alarm)
+def retain_when_replaced(resource: CfnResource) -> None:
+    """Keep ``resource`` (a Model or EndpointConfig) when an update replaces it.
+
+    After a rollout SageMaker rolls back, the endpoint is InService again on its previous config and model;
+    CloudFormation, seeing the update end, would delete those in its cleanup, and the next instance SageMaker
+    starts (scale-out, replacement) would have no model to load. The copies an endpoint no longer uses are
+    listed and removed by ``make prune`` (harness/prune.py). A stack's deletion still deletes the current ones.
+    """
+    resource.cfn_options.update_replace_policy = CfnDeletionPolicy.RETAIN
+    resource.cfn_options.deletion_policy = CfnDeletionPolicy.DELETE  # said outright: only replacement retains
+
+
+@jsii.implements(IStableListProducer)
+class _AlarmArns:
+    def __init__(self, alarms: list[cloudwatch.IAlarm]) -> None:
+        self.alarms = alarms
+
+    def produce(self) -> list[str]:
+        return [alarm.alarm_arn for alarm in self.alarms]
+
+
+class RollbackAlarms:
+    """A rollout's rollback alarms, and the read its execution role needs on them.
+
+    SageMaker's deployment guardrails read the alarms as the endpoint's execution role
+    (``cloudwatch:DescribeAlarms``, on those alarms): a role refused it never sees an alarm fire, and the
+    rollout never rolls back. ``read`` grows with each alarm; attach it to every role the rollout runs as.
+    """
+
+    def __init__(self, alarms: Sequence[cloudwatch.IAlarm] = ()) -> None:
+        self.alarms: list[cloudwatch.IAlarm] = []
+        # Rendered at synth: alarms added after the grant are read too.
+        self.read = iam.PolicyStatement(sid="ReadRollbackAlarms", actions=["cloudwatch:DescribeAlarms"],
+                                        resources=Lazy.list(_AlarmArns(self.alarms)))
+        self._readers: list[iam.ManagedPolicy] = []  # granted before the first alarm: attached with it
+        for alarm in alarms:
+            self.add(alarm)
+
+    def add(self, alarm: cloudwatch.IAlarm) -> None:
+        """Add ``alarm``, within SageMaker's AutoRollbackConfig limit."""
+        if len(self.alarms) >= MAX_ROLLBACK_ALARMS:
+            raise ConfigError("rollback_alarms", f"got a {len(self.alarms) + 1}th alarm; allowed: at most "
+                              f"{MAX_ROLLBACK_ALARMS} (SageMaker's AutoRollbackConfig)")
+        self.alarms.append(alarm)
+        if len(self.alarms) == 1:  # a statement needs a resource: attached with the first alarm
+            for policy in self._readers:
+                policy.add_statements(self.read)
+
+    def grant_read(self, policy: iam.ManagedPolicy) -> None:
+        """Let the roles of ``policy`` read these alarms, those added later included."""
+        self._readers.append(policy)
+        if self.alarms:
+            policy.add_statements(self.read)
+
+    def __bool__(self) -> bool:
+        return bool(self.alarms)
+
+    def __iter__(self):
+        return iter(self.alarms)
 
 
 def _check_size(size: object, unit: str, prefix: str, *, low: int, mode: str, instance_count: int,

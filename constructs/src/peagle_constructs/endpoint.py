@@ -6,11 +6,13 @@ import re
 from typing import Sequence
 
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import Stack, Token
 from constructs import Construct
 
-from peagle_constructs.deployment import DeploymentPolicy, append_rollback_alarm
+from peagle_constructs.break_glass import break_glass, mark_break_glass
+from peagle_constructs.deployment import DeploymentPolicy, RollbackAlarms
 from peagle_constructs.endpoint_config import PEagleEndpointConfig
 from peagle_constructs.endpoint_reference import EndpointBase, endpoint_arn
 from peagle_constructs.errors import ConfigError
@@ -70,9 +72,7 @@ class PEagleInferenceEndpoint(EndpointBase):
         self.deployment.validate(instance_count=endpoint_config.instance_count)
         self.variant_name = endpoint_config.variant_name
         self.instance_count = endpoint_config.instance_count
-        self._rollback_alarms: list[cloudwatch.IAlarm] = []
-        for alarm in rollback_alarms:
-            self._add(alarm)
+        self._rollback = RollbackAlarms(rollback_alarms)
         self.cfn_endpoint = sagemaker.CfnEndpoint(
             self, "Resource",
             endpoint_name=self.endpoint_name,
@@ -80,29 +80,33 @@ class PEagleInferenceEndpoint(EndpointBase):
             retain_all_variant_properties=True,
             deployment_config=None if self.hosts_components else self._render_deployment(),
         )
+        if not self.hosts_components:
+            mark_break_glass(self.cfn_endpoint)  # a hotfix deployed without rollback says so on the resource
         self.endpoint_arn = endpoint_arn(self, self.endpoint_name)
 
     def add_rollback_alarm(self, alarm: cloudwatch.IAlarm) -> None:
         if self.hosts_components:
             raise ConfigError("rollback_alarms", "not allowed on an endpoint that hosts inference components; "
                               "allowed: the component's own (PEagleInferenceComponent.add_rollback_alarm)")
-        self._add(alarm)
+        self._rollback.add(alarm)
         self.cfn_endpoint.deployment_config = self._render_deployment()
-
-    def _add(self, alarm: cloudwatch.IAlarm) -> None:
-        append_rollback_alarm(self._rollback_alarms, alarm)
 
     @property
     def rollback_alarms(self) -> tuple[cloudwatch.IAlarm, ...]:
-        return tuple(self._rollback_alarms)
+        return tuple(self._rollback)
+
+    def grant_rollback_reads(self, policy: iam.ManagedPolicy) -> None:
+        """Let the roles of ``policy`` (the execution roles of the models this endpoint serves) read the rollback
+        alarms, as SageMaker's guardrails do when they judge a rollout; alarms added later are included."""
+        self._rollback.grant_read(policy)
 
     def _render_deployment(self) -> sagemaker.CfnEndpoint.DeploymentConfigProperty:
         policy = self.deployment
         Size = sagemaker.CfnEndpoint.CapacitySizeProperty
         rollback = None
-        if self._rollback_alarms:
+        if self._rollback and break_glass(self) is None:
             rollback = sagemaker.CfnEndpoint.AutoRollbackConfigProperty(alarms=[
-                sagemaker.CfnEndpoint.AlarmProperty(alarm_name=alarm.alarm_name) for alarm in self._rollback_alarms
+                sagemaker.CfnEndpoint.AlarmProperty(alarm_name=alarm.alarm_name) for alarm in self._rollback
             ])
         timeout = policy.maximum_execution_seconds(self.instance_count)
         if policy.is_rolling:

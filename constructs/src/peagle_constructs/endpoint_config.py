@@ -12,6 +12,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from peagle_constructs import security
+from peagle_constructs.deployment import retain_when_replaced
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.instance_types import InstanceType
 from peagle_constructs.model import PEagleModel
@@ -161,6 +162,7 @@ class PEagleEndpointConfig(Construct):
             execution_role_arn=execution_role.role_arn if execution_role is not None else None,
         )
         self.endpoint_config_name: str = self.cfn_endpoint_config.attr_endpoint_config_name
+        retain_when_replaced(self.cfn_endpoint_config)
         if fleet.local_nvme:
             security.acknowledge_nvme_endpoint_config(self.cfn_endpoint_config,
                                                       instance_type=", ".join(fleet.instance_types))

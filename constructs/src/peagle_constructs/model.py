@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
-from aws_cdk import Aws
+from aws_cdk import Aws, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
@@ -14,10 +15,14 @@ from constructs import Construct
 from peagle_contract.serving import ServingConfig, ServingConfigError, check_environment_limits, is_s3_uri
 
 from peagle_constructs import security
+from peagle_constructs.deployment import retain_when_replaced
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.image import BoundImage, ContainerImage
 from peagle_constructs.sagemaker_names import ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE
+from peagle_constructs.validation import is_unresolved
 from peagle_constructs.weights import WeightsLayout
+
+_ACCOUNT = re.compile(r"^\d{12}$")
 
 
 class PEagleModel(Construct):
@@ -26,7 +31,8 @@ class PEagleModel(Construct):
     The execution role may read exactly the weight prefix SageMaker copies, pull from exactly the image's
     repository, write to exactly ``log_group`` (or, when none is given, to endpoint log groups), and decrypt
     with exactly ``weights_key`` when the weights are encrypted with a customer key. ``role``: an existing
-    role to grant that to (a fleet's shared one) instead of a role of the model's own.
+    role to grant that to (a fleet's shared one) instead of a role of the model's own. Bucket names are global:
+    the weights are read only from a bucket ``weights_account`` owns (default: the stack's own account).
     """
 
     def __init__(
@@ -41,6 +47,7 @@ class PEagleModel(Construct):
         weights_key: kms.IKey | None = None,
         environment: Mapping[str, str] | None = None,
         role: iam.IRole | None = None,
+        weights_account: str | None = None,
     ) -> None:
         super().__init__(scope, id)
         if not isinstance(serving, ServingConfig):
@@ -59,6 +66,10 @@ class PEagleModel(Construct):
 
         self.serving = serving
         self.layout = WeightsLayout.of(serving)
+        self.weights_account = weights_account if weights_account is not None else Stack.of(self).account
+        if not is_unresolved(self.weights_account) and not _ACCOUNT.match(str(self.weights_account)):
+            raise ConfigError("weights_account", f"got {str(weights_account)[:40]!r}; allowed: the 12-digit id of the "
+                              "account that owns the weights bucket (default: the stack's account)")
         self.environment: dict[str, str] = {
             **self.layout.environment(serving),
             **(environment or {}),
@@ -95,6 +106,7 @@ class PEagleModel(Construct):
         )
         # SageMaker checks image and weights access at CreateModel: the policy must be attached first.
         self.cfn_model.node.add_dependency(self.policy)
+        retain_when_replaced(self.cfn_model)
         self.model_name: str = self.cfn_model.attr_model_name
         security.acknowledge_execution_policy(
             self.policy, weight_prefixes=[(p.bucket, p.key_prefix) for p in self.layout.prefixes],
@@ -102,12 +114,15 @@ class PEagleModel(Construct):
 
     def _statements(self, log_group: logs.ILogGroup | None, weights_key: kms.IKey | None) -> list[iam.PolicyStatement]:
         statements: list[iam.PolicyStatement] = []
+        # A bucket of the same name in another account would match the ARN: s3:ResourceAccount pins the owner.
+        owner = {"StringEquals": {"s3:ResourceAccount": self.weights_account}}
         for prefix in self.layout.prefixes:
             bucket_arn = f"arn:{Aws.PARTITION}:s3:::{prefix.bucket}"
-            statements.append(iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{bucket_arn}/{prefix.key_prefix}*"]))
+            statements.append(iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{bucket_arn}/{prefix.key_prefix}*"],
+                                                  conditions=owner))
             statements.append(iam.PolicyStatement(
                 actions=["s3:ListBucket"], resources=[bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{prefix.key_prefix}*"]}},
+                conditions={"StringLike": {"s3:prefix": [f"{prefix.key_prefix}*"]}, **owner},
             ))
         statements.append(iam.PolicyStatement(
             actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],

@@ -46,7 +46,8 @@ class PEagleEndpoint(EndpointBase):
     - network isolation on (weights from S3 prefixes), least-privilege execution role;
     - LLM-sized startup/download timeouts, least-outstanding-requests routing;
     - one KMS key (rotation on) for the volume (EBS-backed families only), log group and alarm topic;
-    - deployments (blue/green, or rolling) rolled back by the TTFT, TPOT, error-rate and acceptance alarms;
+    - deployments (blue/green, or rolling) rolled back by the 5xx-rate and engine-clock TPOT alarms, the signals no
+      client moves at will; TTFT, model errors and acceptance page (peagle_constructs.monitoring.ROLLBACK_SIGNALS);
     - alarm notifications to ``model.alarm_subscribers`` (email, HTTPS, existing topics);
     - SageMaker's detailed observability on, with PromQL alarms on vLLM's own metrics;
     - target tracking on concurrent requests, long scale-in cooldown (``scaling``; None: a fixed fleet);
@@ -98,13 +99,15 @@ class PEagleEndpoint(EndpointBase):
         self.model = PEagleModel(
             self, "Model", serving=model.serving, image=image, network_isolation=model.network_isolation,
             log_group=self.monitoring.log_group, weights_key=weights_key, environment=model.environment,
+            weights_account=model.weights_account,
         )
         # A fallback pool with its own tensor parallelism serves a model of its own (the pool's model override).
         self.pool_models = {
             index: PEagleModel(
                 self, f"Model{pool.instance_type.replace('.', ' ').title().replace(' ', '')}",
                 serving=served.serving, image=image, network_isolation=model.network_isolation,
-                log_group=self.monitoring.log_group, weights_key=weights_key, environment=model.environment)
+                log_group=self.monitoring.log_group, weights_key=weights_key, environment=model.environment,
+                weights_account=model.weights_account)
             for index, pool in enumerate(fleet.fallback_instances) if (served := model.on_pool(pool)) is not model
         }
         self.endpoint_config = PEagleEndpointConfig.for_model(
@@ -115,6 +118,8 @@ class PEagleEndpoint(EndpointBase):
             self, "Endpoint", endpoint_config=self.endpoint_config, endpoint_name=self.endpoint_name,
             deployment=deployment, rollback_alarms=self.monitoring.rollback_alarms,
         )
+        for served in (self.model, *self.pool_models.values()):
+            self.endpoint.grant_rollback_reads(served.policy)
         self.endpoint_arn = self.endpoint.endpoint_arn
         # SageMaker creates the log group itself if it writes first; ours must already be there.
         self.endpoint.cfn_endpoint.node.add_dependency(self.monitoring.log_group)

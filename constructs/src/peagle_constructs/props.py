@@ -150,6 +150,8 @@ class ModelProps:
     head's trained K, an instance the preset does not list and a config whose memory does not fit.
     ``environment``: container variables beside the serving config's own (never ``SM_VLLM_*``: vLLM flags
     belong in ``ServingConfig.extra_args``). ``network_isolation`` on: the weights come from S3 prefixes.
+    ``weights_account``: the account that owns the weights bucket (as ``aws_s3.BucketAttributes.account`` names
+    it), when not the stack's own: the model may read its prefix only in a bucket that account owns.
     """
 
     serving: ServingConfig
@@ -158,6 +160,7 @@ class ModelProps:
     alarm_subscribers: tuple[AlarmSubscriber, ...] = ()
     network_isolation: bool = True
     environment: Mapping[str, str] = field(default_factory=dict)
+    weights_account: str | None = None
 
     def check_on(self, instance_type: str, where: str = "preset") -> None:
         """The preset's checks of this serving config on ``instance_type`` (none without a preset)."""

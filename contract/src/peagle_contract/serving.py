@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from peagle_contract.bundle import MANIFEST_DIGEST_VAR, BundleError, check_digest
+from peagle_contract.bundle import DRAFTER_DIR, MANIFEST_DIGEST_VAR, TARGET_DIR, BundleError, check_digest
 
 ENV_PREFIX = "SM_VLLM_"
 SPECULATIVE_CONFIG_VAR = "SM_VLLM_SPECULATIVE_CONFIG"
@@ -49,6 +49,46 @@ FLAGS_WITHOUT_NO_FORM = frozenset({"headless", "grpc", "data_parallel_multi_port
                                    "aggregate_engine_logging"})
 NO_PREFIX = "no_"
 
+# Request fields (and the headers vLLM reads for them) that pull an operator's lever rather than describe a
+# generation: the image refuses each by name unless the serving config enables it (``request_capabilities``).
+# Which levers vLLM honours moves with its flags; this list is ours, so a flag of the day opens nothing.
+REQUEST_CAPABILITIES: Mapping[str, str] = {
+    "chat_template": "a Jinja template from the client, rendered inside the server (also as "
+                     "chat_template_kwargs.chat_template; vLLM wants --trust-request-chat-template as well)",
+    "kv_transfer_params": "directs the KV-cache connector (remote prefill hosts and blocks): disaggregated "
+                          "serving's plumbing",
+    "ec_transfer_params": "directs the encoder-cache connector, as kv_transfer_params does the KV cache",
+    "priority": "scheduling priority over other clients' requests (also the X-Vllm-Priority header)",
+    "session_id": "server-side session state across requests (also the X-Session-ID header and "
+                  "vllm_xargs.session_id)",
+    "data_parallel_rank": "picks the engine rank that serves the request (the X-data-parallel-rank header)",
+    "vllm_xargs": "free-form arguments for the server's logits processors and plugins",
+    "prompt_embeds": "raw tensors the server deserializes with torch",
+    "mm_processor_kwargs": "settings of the server's multimodal preprocessing",
+    "media_io_kwargs": "settings of the server's media loaders",
+    "mm_payload": "pre-processed multimodal inputs handed to the engine",
+    "return_mm_kwargs": "asks for the engine's multimodal inputs back",
+    "routed_experts_prompt_start": "asks for the MoE router's internal choices back",
+}
+REQUEST_CAPABILITIES_VAR = "PEAGLE_REQUEST_CAPABILITIES"
+
+
+def check_request_capabilities(names: object, where: str = "request_capabilities") -> frozenset[str]:
+    """The capability names, each one of :data:`REQUEST_CAPABILITIES`; ServingConfigError naming the first other."""
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):  # type: ignore[union-attr]
+        raise ServingConfigError(where, "allowed: a set of capability names, e.g. {'priority'}")
+    for name in names:  # type: ignore[union-attr]
+        if name not in REQUEST_CAPABILITIES:
+            raise ServingConfigError(where, f"got {name[:40]!r}; allowed: any of {sorted(REQUEST_CAPABILITIES)}")
+    return frozenset(names)  # type: ignore[arg-type]
+
+
+def parse_request_capabilities(env: Mapping[str, str]) -> frozenset[str]:
+    """What the container's environment enables (:data:`REQUEST_CAPABILITIES_VAR`, comma-separated); none when unset."""
+    raw = env.get(REQUEST_CAPABILITIES_VAR, "")
+    return check_request_capabilities([n.strip() for n in raw.split(",") if n.strip()], REQUEST_CAPABILITIES_VAR)
+
+
 # SageMaker's limits on a container's Environment (CreateModel: EnvironmentMap, EnvironmentKey/Value).
 ENV_MAX_ENTRIES = 100
 ENV_MAX_KEY_CHARS = 1024
@@ -74,6 +114,23 @@ def is_s3_uri(value: str) -> bool:
 
 def is_hf_id(value: str) -> bool:
     return bool(_HF_ID.match(value)) and not value.startswith(("s3:", "/"))
+
+
+def check_pinned_bundle(target_model: str, drafter_model: str, pin: str) -> None:
+    """A pin names one content-addressed bundle, so both models must be its two folders:
+    ``s3://<bucket>/<prefix>/<pin>/target/`` and ``.../drafter/`` (what the stager writes and the container
+    verifies; a hub id or another prefix would leave the container no bundle to check)."""
+    target = target_model.rstrip("/")
+    if not (is_s3_uri(target_model) and target.endswith(f"/{pin}/{TARGET_DIR}")):
+        raise ServingConfigError(
+            "target_model", f"got {target_model!r}; allowed with bundle_manifest_sha256 set: the target folder of the "
+                            f"bundle it pins, an S3 prefix ending in /{pin[:12]}.../{TARGET_DIR}/ (`stage-weights` "
+                            "prints it)")
+    drafter = f"{target[:-len(TARGET_DIR)]}{DRAFTER_DIR}/"
+    if drafter_model.rstrip("/") + "/" != drafter:
+        raise ServingConfigError(
+            "drafter_model", f"got {drafter_model!r}; allowed with bundle_manifest_sha256 set: {drafter!r}, the "
+                             "drafter folder of the same bundle")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +162,8 @@ class ServingConfig:
     # Plain environment variables for vLLM itself (e.g. a kernel switch a model card asks for); SM_VLLM_*
     # flags go through extra_args, and the variables this project owns cannot be set here.
     extra_environment: Mapping[str, str] = field(default_factory=dict)
+    # Operator levers a request may pull (names of REQUEST_CAPABILITIES); every other one is refused by name.
+    request_capabilities: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -148,6 +207,7 @@ class ServingConfig:
                 check_digest(self.bundle_manifest_sha256, "bundle_manifest_sha256")
             except BundleError as exc:
                 raise ServingConfigError("bundle_manifest_sha256", str(exc).split(": ", 1)[1]) from None
+            check_pinned_bundle(self.target_model, self.drafter_model, self.bundle_manifest_sha256)
         if self.served_model_name is not None and not re.match(r"^[\w.\-/]{1,128}$", self.served_model_name):
             raise ServingConfigError(
                 "served_model_name", f"got {self.served_model_name!r}; allowed: 1-128 of letters, digits, . _ - /"
@@ -180,8 +240,9 @@ class ServingConfig:
             if not isinstance(value, str):
                 raise ServingConfigError(where, f"got {type(value).__name__}; allowed: a string")
             check_single_line(value, where)
+        check_request_capabilities(self.request_capabilities)
         rendered = (len(self._arguments()) + len(MODEL_RUNNER_ENV) + (self.bundle_manifest_sha256 is not None)
-                    + len(self.extra_environment))
+                    + len(self.extra_environment) + bool(self.request_capabilities))
         if rendered > ENV_MAX_ENTRIES:
             raise ServingConfigError("extra_args", f"renders {rendered} environment variables; allowed: at most "
                                                    f"{ENV_MAX_ENTRIES} in all (SageMaker's limit on a container)")
@@ -212,6 +273,8 @@ class ServingConfig:
         env.update(MODEL_RUNNER_ENV)
         if self.bundle_manifest_sha256 is not None:
             env[MANIFEST_DIGEST_VAR] = self.bundle_manifest_sha256
+        if self.request_capabilities:  # absent means none: a config without levers renders as it always did
+            env[REQUEST_CAPABILITIES_VAR] = ",".join(sorted(self.request_capabilities))
         check_environment_limits(env, "serving")
         return env
 

@@ -1,0 +1,251 @@
+"""What a stage's deploy may create and what the roles it creates may ever do, in each stage's account.
+
+CDK's bootstrap hands CloudFormation an execution role that is administrator unless told otherwise, and the
+pipeline's deploy role may use it: whoever deploys one stage could then do anything in its account. Each
+account is bootstrapped instead with :data:`EXECUTION_POLICY_NAMES` (``cdk bootstrap
+--cloudformation-execution-policies``), which allows exactly what the resource handlers of our stacks'
+resource types call (cfn-lint's copy of CloudFormation's registry schemas lists them; the tests judge every one),
+scoped to the stage's names, and :data:`BOUNDARY_NAME`, the permissions boundary every role a stage creates
+carries: the execution policy lets CloudFormation create and change roles only under the stage's IAM path and only
+with that boundary, and never remove it or edit either policy.
+
+Names are scoped where the stacks fix them (the endpoint, its component, alarms and log groups are named
+``peagle-<stage>...``; roles and managed policies live under the IAM path ``/peagle/<stage>/``). Kinds whose
+names CloudFormation generates (models, endpoint configs, KMS keys, SNS topics, dashboards, scaling targets) are
+scoped to the account and region: one account per stage (stacks.isolation) makes that the stage's own.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import jsii
+from aws_cdk import Aspects, IAspect, Stack
+from aws_cdk import aws_iam as iam
+from constructs import Construct, IConstruct
+
+from peagle_constructs.weights import WeightsLayout
+
+from stacks.environments import EnvironmentConfig
+
+# Three managed policies (IAM; serving; observability): with three stages in one account one policy would pass
+# IAM's 6,144-character limit.
+EXECUTION_POLICY_NAMES = ("peagle-cfn-execution-iam", "peagle-cfn-execution-serving",
+                          "peagle-cfn-execution-observability")
+BOUNDARY_NAME = "peagle-workload-boundary"
+CDK_QUALIFIER = "hnb659fds"  # the CDK bootstrap's default qualifier
+# Passed to by the stacks: SageMaker runs models as their execution role.
+PASSED_TO = ("sagemaker.amazonaws.com",)
+SCALING_SERVICE = "sagemaker.application-autoscaling.amazonaws.com"
+SCALING_LINKED_ROLE = f"aws-service-role/{SCALING_SERVICE}/AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
+
+
+def iam_path(env: EnvironmentConfig) -> str:
+    """The IAM path of every role and managed policy a stage creates: what the execution policy may touch."""
+    return f"/peagle/{env.name.lower()}/"
+
+
+def boundary_arn(scope: Construct) -> str:
+    return Stack.of(scope).format_arn(service="iam", region="", resource="policy", resource_name=BOUNDARY_NAME)
+
+
+@jsii.implements(IAspect)
+class _StageIam:
+    """Puts every role and managed policy of a stage under its IAM path."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def visit(self, node: IConstruct) -> None:
+        if isinstance(node, (iam.CfnRole, iam.CfnManagedPolicy)):
+            node.path = self.path
+
+
+def apply_to_stage(stack: Stack, env: EnvironmentConfig) -> None:
+    """The stage's roles under its IAM path, each bounded by the account's workload boundary."""
+    Aspects.of(stack).add(_StageIam(iam_path(env)))
+    iam.PermissionsBoundary.of(stack).apply(iam.ManagedPolicy.from_managed_policy_arn(
+        stack, "WorkloadBoundary", boundary_arn(stack)))
+
+
+def _arn(stack: Stack, service: str, resource: str, name: str, *, colon: bool = False, region: bool = True) -> str:
+    from aws_cdk import ArnFormat
+
+    return stack.format_arn(service=service, resource=resource, resource_name=name, region=None if region else "",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME if colon else ArnFormat.SLASH_RESOURCE_NAME)
+
+
+def _log_groups(stack: Stack, names: Sequence[str]) -> list[str]:
+    """The stages' endpoint and component log groups (and their streams, ``:*``)."""
+    return [_arn(stack, "logs", "log-group", f"/aws/sagemaker/{kind}/{n}{tail}", colon=True)
+            for n in names for kind in ("Endpoints", "InferenceComponents") for tail in ("", ":*", "-*")]
+
+
+def _names(envs: Sequence[EnvironmentConfig]) -> list[str]:
+    return [env.endpoint_name for env in envs]  # peagle-<stage>: the endpoint, its component, alarms, log groups
+
+
+def execution_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> dict[str, list[iam.PolicyStatement]]:
+    """CloudFormation's permissions when it deploys the stages ``envs`` (all in ``stack``'s account), by the name
+    of the managed policy that holds them."""
+    roles = [_arn(stack, "iam", "role", f"{iam_path(env).strip('/')}/*", region=False) for env in envs]
+    policies = [_arn(stack, "iam", "policy", f"{iam_path(env).strip('/')}/*", region=False) for env in envs]
+    boundary = {"iam:PermissionsBoundary": boundary_arn(stack)}
+    names = _names(envs)
+    endpoints = [_arn(stack, "sagemaker", "endpoint", n) for n in names]
+    components = [_arn(stack, "sagemaker", "inference-component", f"{n}-*") for n in names]
+    alarms = [_arn(stack, "cloudwatch", "alarm", f"{n}-*", colon=True) for n in names]
+    log_groups = _log_groups(stack, names)
+    guarded = [_arn(stack, "iam", "policy", name, region=False) for name in (BOUNDARY_NAME, *EXECUTION_POLICY_NAMES)]
+    identities = [
+        iam.PolicyStatement(
+            sid="RolesOnlyWithTheBoundary",
+            actions=["iam:CreateRole", "iam:PutRolePolicy", "iam:DeleteRolePolicy", "iam:PutRolePermissionsBoundary"],
+            resources=roles, conditions={"StringEquals": boundary}),
+        iam.PolicyStatement(
+            sid="AttachOnlyTheStagesPolicies", actions=["iam:AttachRolePolicy", "iam:DetachRolePolicy"],
+            resources=roles, conditions={"StringEquals": boundary, "ArnLike": {"iam:PolicyARN": policies}}),
+        iam.PolicyStatement(
+            sid="TheStagesRoles",
+            actions=["iam:GetRole", "iam:GetRolePolicy", "iam:ListAttachedRolePolicies", "iam:ListRolePolicies",
+                     "iam:TagRole", "iam:UntagRole", "iam:UpdateRole", "iam:UpdateRoleDescription",
+                     "iam:UpdateAssumeRolePolicy", "iam:DeleteRole"],
+            resources=roles),
+        iam.PolicyStatement(
+            sid="TheStagesManagedPolicies",
+            actions=["iam:CreatePolicy", "iam:CreatePolicyVersion", "iam:DeletePolicy", "iam:DeletePolicyVersion",
+                     "iam:GetPolicy", "iam:GetPolicyVersion", "iam:ListPolicyVersions", "iam:ListEntitiesForPolicy"],
+            resources=policies),
+        iam.PolicyStatement(
+            sid="PassTheStagesRolesToSageMaker", actions=["iam:PassRole"], resources=roles,
+            conditions={"StringEquals": {"iam:PassedToService": list(PASSED_TO)}}),
+        iam.PolicyStatement(
+            sid="ScalingLinkedRole", actions=["iam:CreateServiceLinkedRole", "iam:PassRole"],
+            resources=[_arn(stack, "iam", "role", SCALING_LINKED_ROLE, region=False)]),
+        # Never: a role without its boundary, or a boundary or execution policy rewritten by a deploy.
+        iam.PolicyStatement(
+            sid="NeverRemoveTheBoundary", effect=iam.Effect.DENY, actions=["iam:DeleteRolePermissionsBoundary"],
+            resources=["*"]),
+        iam.PolicyStatement(
+            sid="NeverRewriteTheGuards", effect=iam.Effect.DENY,
+            actions=["iam:CreatePolicyVersion", "iam:DeletePolicy", "iam:DeletePolicyVersion",
+                     "iam:SetDefaultPolicyVersion"],
+            resources=guarded),
+    ]
+    services = [
+        iam.PolicyStatement(
+            sid="TheStagesEndpoints",
+            actions=["sagemaker:CreateEndpoint", "sagemaker:UpdateEndpoint", "sagemaker:DeleteEndpoint",
+                     "sagemaker:DescribeEndpoint", "sagemaker:CreateInferenceComponent",
+                     "sagemaker:UpdateInferenceComponent", "sagemaker:UpdateInferenceComponentRuntimeConfig",
+                     "sagemaker:DeleteInferenceComponent", "sagemaker:DescribeInferenceComponent",
+                     "sagemaker:AddTags", "sagemaker:DeleteTags", "sagemaker:ListTags"],
+            resources=[*endpoints, *components]),
+        iam.PolicyStatement(
+            sid="ModelsAndEndpointConfigs",
+            actions=["sagemaker:CreateModel", "sagemaker:DeleteModel", "sagemaker:DescribeModel",
+                     "sagemaker:CreateEndpointConfig", "sagemaker:DeleteEndpointConfig",
+                     "sagemaker:DescribeEndpointConfig", "sagemaker:AddTags", "sagemaker:DeleteTags",
+                     "sagemaker:ListTags"],
+            resources=[_arn(stack, "sagemaker", "model", "*"), _arn(stack, "sagemaker", "endpoint-config", "*")]),
+        iam.PolicyStatement(
+            sid="Scaling",
+            actions=["application-autoscaling:RegisterScalableTarget", "application-autoscaling:DeregisterScalableTarget",
+                     "application-autoscaling:DescribeScalableTargets", "application-autoscaling:PutScalingPolicy",
+                     "application-autoscaling:DeleteScalingPolicy", "application-autoscaling:DescribeScalingPolicies",
+                     "application-autoscaling:PutScheduledAction", "application-autoscaling:DeleteScheduledAction",
+                     "application-autoscaling:DescribeScheduledActions", "application-autoscaling:TagResource",
+                     "application-autoscaling:UntagResource", "application-autoscaling:ListTagsForResource"],
+            resources=["*"]),
+        iam.PolicyStatement(
+            sid="BootstrapVersion", actions=["ssm:GetParameters"],
+            resources=[_arn(stack, "ssm", "parameter", f"cdk-bootstrap/{CDK_QUALIFIER}/version")]),
+    ]
+    observability = [
+        iam.PolicyStatement(
+            sid="TheStagesAlarms",
+            actions=["cloudwatch:PutMetricAlarm", "cloudwatch:DeleteAlarms", "cloudwatch:DescribeAlarms",
+                     "cloudwatch:TagResource", "cloudwatch:UntagResource", "cloudwatch:ListTagsForResource"],
+            # TargetTracking-*: the alarms Application Auto Scaling makes for a target-tracking policy.
+            resources=[*alarms, _arn(stack, "cloudwatch", "alarm", "TargetTracking-*", colon=True)]),
+        iam.PolicyStatement(
+            sid="Dashboards",
+            actions=["cloudwatch:PutDashboard", "cloudwatch:GetDashboard", "cloudwatch:DeleteDashboards",
+                     "cloudwatch:TagResource", "cloudwatch:UntagResource", "cloudwatch:ListTagsForResource"],
+            resources=[_arn(stack, "cloudwatch", "dashboard", "*", region=False)]),
+        iam.PolicyStatement(sid="ScalingReadsMetrics", actions=["cloudwatch:GetMetricData"], resources=["*"]),
+        iam.PolicyStatement(
+            sid="TheStagesLogGroups",
+            actions=["logs:CreateLogGroup", "logs:DeleteLogGroup", "logs:PutRetentionPolicy",
+                     "logs:DeleteRetentionPolicy", "logs:AssociateKmsKey", "logs:DisassociateKmsKey",
+                     "logs:TagResource", "logs:UntagResource", "logs:ListTagsForResource", "logs:PutMetricFilter",
+                     "logs:DeleteMetricFilter", "logs:DescribeMetricFilters", "logs:PutLogGroupDeletionProtection",
+                     "logs:GetDataProtectionPolicy", "logs:PutDataProtectionPolicy", "logs:DeleteDataProtectionPolicy",
+                     "logs:DescribeIndexPolicies", "logs:PutIndexPolicy", "logs:DeleteIndexPolicy",
+                     "logs:PutBearerTokenAuthentication"],
+            resources=log_groups),
+        iam.PolicyStatement(
+            sid="LogListings",
+            actions=["logs:DescribeLogGroups", "logs:DescribeResourcePolicies", "logs:DescribeMetricFilters"],
+            resources=["*"]),
+        iam.PolicyStatement(sid="CreateKeys", actions=["kms:CreateKey"], resources=["*"]),
+        iam.PolicyStatement(
+            sid="TheAccountsKeys",
+            actions=["kms:DescribeKey", "kms:EnableKey", "kms:DisableKey", "kms:EnableKeyRotation",
+                     "kms:DisableKeyRotation", "kms:GetKeyPolicy", "kms:GetKeyRotationStatus", "kms:ListResourceTags",
+                     "kms:PutKeyPolicy", "kms:ScheduleKeyDeletion", "kms:TagResource", "kms:UntagResource",
+                     "kms:UpdateKeyDescription"],
+            resources=[_arn(stack, "kms", "key", "*")]),
+        iam.PolicyStatement(
+            sid="AlarmTopics",
+            actions=["sns:CreateTopic", "sns:DeleteTopic", "sns:GetTopicAttributes", "sns:SetTopicAttributes",
+                     "sns:ListSubscriptionsByTopic", "sns:ListTagsForResource", "sns:TagResource",
+                     "sns:UntagResource", "sns:Subscribe", "sns:Unsubscribe", "sns:GetSubscriptionAttributes",
+                     "sns:SetSubscriptionAttributes", "sns:GetDataProtectionPolicy", "sns:PutDataProtectionPolicy"],
+            resources=[stack.format_arn(service="sns", resource="*")]),
+    ]
+    return dict(zip(EXECUTION_POLICY_NAMES, (identities, services, observability)))
+
+
+def boundary_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> list[iam.PolicyStatement]:
+    """The most any role of the stages ``envs`` may do (what a SageMaker execution role of ours needs)."""
+    names = _names(envs)
+    statements = []
+    weights = sorted({(p.bucket, p.key_prefix) for env in envs for p in WeightsLayout.of(env.model.serving).prefixes})
+    if weights:
+        # The bundle prefix, not the pin: a new pin must not need a new boundary (the model's own policy names it).
+        statements.append(iam.PolicyStatement(
+            sid="ReadWeights", actions=["s3:GetObject"],
+            resources=[f"arn:{stack.partition}:s3:::{bucket}/{_bundle_root(prefix)}*" for bucket, prefix in weights]))
+        statements.append(iam.PolicyStatement(
+            sid="ListWeights", actions=["s3:ListBucket"],
+            resources=sorted({f"arn:{stack.partition}:s3:::{bucket}" for bucket, _ in weights})))
+    statements += [
+        iam.PolicyStatement(sid="PullImages", actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
+                                                       "ecr:BatchCheckLayerAvailability"],
+                            resources=[f"arn:{stack.partition}:ecr:*:*:repository/*"]),
+        iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+        iam.PolicyStatement(
+            sid="WriteTheStagesLogs",
+            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            resources=_log_groups(stack, names)),
+        iam.PolicyStatement(sid="PublishMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"]),
+        iam.PolicyStatement(sid="ReadRollbackAlarms", actions=["cloudwatch:DescribeAlarms"],
+                            resources=[_arn(stack, "cloudwatch", "alarm", f"{n}-*", colon=True) for n in names]),
+    ]
+    keys = sorted({env.weights_key_arn for env in envs if env.weights_key_arn})
+    if keys:
+        statements.append(iam.PolicyStatement(sid="DecryptWeights", actions=["kms:Decrypt"], resources=keys))
+    return statements
+
+
+def _bundle_root(key_prefix: str) -> str:
+    """The prefix given to `make stage-weights` (a pinned bundle sits one folder below it, named by its digest)."""
+    parts = key_prefix.rstrip("/").split("/")
+    if len(parts[-1]) == 64 and all(c in "0123456789abcdef" for c in parts[-1]):
+        parts = parts[:-1]
+    return "/".join(parts) + "/"
+
+
+def stage_names(envs: Iterable[EnvironmentConfig]) -> str:
+    return "-".join(env.name for env in envs)

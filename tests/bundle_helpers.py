@@ -1,0 +1,20 @@
+"""A weights bundle as SageMaker copies it to /opt/ml/model, built here the way the stager builds one."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from harness.stage_weights import Source, plan
+from peagle_contract.bundle import MANIFEST_NAME, describe, digest, render
+
+
+def mount_bundle(root: Path, target: Path, drafter: Path) -> str:
+    """``target/``, ``drafter/`` and the manifest the stager would write for them, in ``root``; returns the pin."""
+    files = plan(Source(target, str(target), None), Source(drafter, str(drafter), None))
+    for rel, path in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, root / rel)
+    manifest = render(describe(files), {})
+    (root / MANIFEST_NAME).write_bytes(manifest)
+    return digest(manifest)
