@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from peagle_contract.served_config import HEADER, ServedConfig, ServedConfigError
+from peagle_contract.served_config import HEADER, ServedConfig, ServedConfigError, k_by_load
 
 _HEADER = HEADER.lower().encode("latin-1")
 
@@ -23,7 +23,8 @@ def from_vllm_config(vllm_config: Any, vllm_version: str) -> ServedConfig | None
     method = getattr(spec, "method", None)
     return ServedConfig(k=int(spec.num_speculative_tokens), drafter=str(spec.model),
                         method=str(getattr(method, "value", method)),
-                        parallel_drafting=bool(getattr(spec, "parallel_drafting", False)), vllm=vllm_version)
+                        parallel_drafting=bool(getattr(spec, "parallel_drafting", False)), vllm=vllm_version,
+                        k_by_load=k_by_load(getattr(spec, "num_speculative_tokens_per_batch_size", None)))
 
 
 class Statement:

@@ -160,3 +160,64 @@ def test_a_pin_must_be_a_digest_and_name_the_bundle_the_models_come_from(overrid
         ServingConfig(**{**PINNED, **overrides})
     assert err.value.field_name == field
     assert allowed in str(err.value) and "got " in str(err.value)
+
+
+# -- K by load (vLLM's num_speculative_tokens_per_batch_size) ---------------------------------------------
+
+ON_OFF = ((1, 2, 7), (3, 64, 0))
+
+
+def test_a_k_schedule_renders_into_the_speculative_config_and_reads_back_as_the_container_states_it():
+    from peagle_contract.served_config import expected_from_environment
+
+    env = ServingConfig(**S3, num_speculative_tokens_per_batch_size=ON_OFF).to_environment()
+    spec = parse_speculative_config(env["SM_VLLM_SPECULATIVE_CONFIG"])
+    assert spec["num_speculative_tokens_per_batch_size"] == [[1, 2, 7], [3, 64, 0]]
+    assert spec["num_speculative_tokens"] == 7 and spec["parallel_drafting"] is True
+    assert expected_from_environment(env).k_by_load == "1-2:7,3-64:0"
+    fixed = ServingConfig(**S3).to_environment()
+    assert "num_speculative_tokens_per_batch_size" not in json.loads(fixed["SM_VLLM_SPECULATIVE_CONFIG"])
+    assert expected_from_environment(fixed).k_by_load == "fixed"
+
+
+def test_a_k_schedule_is_checked_with_vllms_own_rules_first():
+    """Whatever this module admits, vLLM's validator admits too (the same ranges, normalised alike)."""
+    from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
+
+    for schedule in (ON_OFF, ((1, 64, 7),), ((1, 1, 7), (2, 2, 0), (3, 9, 7))):
+        ServingConfig(**S3, num_speculative_tokens_per_batch_size=schedule)
+        assert validate_and_normalize_dynamic_sd_schedule([list(e) for e in schedule]) == [tuple(e) for e in schedule]
+
+
+@pytest.mark.parametrize(("schedule", "field", "allowed"), [
+    ([], "num_speculative_tokens_per_batch_size", "ascending from 1"),
+    ("1-2:7", "num_speculative_tokens_per_batch_size", "ascending from 1"),
+    ([[1, 1, 7]] * 17, "num_speculative_tokens_per_batch_size", "at most 16"),
+    ([[1, 2]], "num_speculative_tokens_per_batch_size[0]", "three integers"),
+    ([[1, 2, True]], "num_speculative_tokens_per_batch_size[0]", "three integers"),
+    ([[1, 2, "7"]], "num_speculative_tokens_per_batch_size[0]", "three integers"),
+    ([[0, 2, 7]], "num_speculative_tokens_per_batch_size[0]", "1 <= first <= last"),
+    ([[3, 2, 7]], "num_speculative_tokens_per_batch_size[0]", "1 <= first <= last"),
+    ([[2, 8, 7]], "num_speculative_tokens_per_batch_size[0]", "start at 1"),
+    ([[1, 2, 7], [4, 8, 0]], "num_speculative_tokens_per_batch_size[1]", "start at 3"),   # a gap
+    ([[1, 4, 7], [3, 8, 0]], "num_speculative_tokens_per_batch_size[1]", "start at 5"),   # an overlap
+    ([[3, 8, 0], [1, 2, 7]], "num_speculative_tokens_per_batch_size[0]", "start at 1"),   # unsorted
+    ([[1, 2, 4]], "num_speculative_tokens_per_batch_size[0]", "0 (no drafting"),         # K between
+    ([[1, 2, 8]], "num_speculative_tokens_per_batch_size[0]", "or 7"),                  # above K
+    ([[1, 2, -1]], "num_speculative_tokens_per_batch_size[0]", "or 7"),
+])
+def test_a_bad_k_schedule_names_the_range_and_what_is_allowed(schedule, field, allowed):
+    with pytest.raises(ServingConfigError) as err:
+        ServingConfig(**S3, num_speculative_tokens_per_batch_size=schedule)
+    assert err.value.field_name == field
+    assert allowed in str(err.value)
+    assert len(str(err.value)) < 400  # a long value is cut, never echoed whole
+
+
+def test_the_image_refuses_a_k_schedule_the_contract_would_not_render():
+    base = {"method": "eagle3", "model": "/d", "num_speculative_tokens": 7, "parallel_drafting": True}
+    assert parse_speculative_config(json.dumps({**base, "num_speculative_tokens_per_batch_size": [[1, 2, 7],
+                                                                                                  [3, 9, 0]]}))
+    with pytest.raises(ServingConfigError) as err:
+        parse_speculative_config(json.dumps({**base, "num_speculative_tokens_per_batch_size": [[1, 9, 3]]}))
+    assert err.value.field_name == "SM_VLLM_SPECULATIVE_CONFIG.num_speculative_tokens_per_batch_size[0]"

@@ -162,8 +162,10 @@ REFUSALS = [
     ("missing-drafter-dir", lambda p, t: _with_spec(_env_for(p), _spec(p, model=str(t / "nowhere"))), "does not exist"),
     ("k-above-trained", lambda p, t: _with_spec(_env_for(p), _spec(p, model=str(_broken_drafter(p, t, trained_k=3)))),
      "SM_VLLM_SPECULATIVE_CONFIG.num_speculative_tokens: got 4, but the drafter was trained for K up to 3"),
-    ("dynamic-k", lambda p, t: _with_spec(_env_for(p), _spec(p, num_speculative_tokens_per_batch_size=[[1, 8, 4]])),
-     "num_speculative_tokens_per_batch_size: not allowed with parallel_drafting"),
+    ("k-schedule-between", lambda p, t: _with_spec(_env_for(p), _spec(p, num_speculative_tokens_per_batch_size=[
+        [1, 1, 4], [2, 8, 2]])), "got K=2; allowed: 0"),
+    ("k-schedule-gap", lambda p, t: _with_spec(_env_for(p), _spec(p, num_speculative_tokens_per_batch_size=[
+        [1, 1, 4], [3, 8, 0]])), "starts at 3; allowed: start at 2, right after the range before"),
     ("api-key", lambda p, t: {**_env_for(p), "SM_VLLM_API_KEY": "secret"}, "SM_VLLM_API_KEY: not allowed"),
     ("multi-line", lambda p, t: {**_env_for(p), "SM_VLLM_MAX_MODEL_LEN": "512\n--api-key x"}, "single line"),
     ("port-override", lambda p, t: {**_env_for(p), "SM_VLLM_PORT": "9000"}, "SM_VLLM_PORT: not allowed"),

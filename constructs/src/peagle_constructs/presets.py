@@ -29,6 +29,10 @@ Sources (the numbers in the comments refer to them):
     SageMaker AI" (JumpStart: GPT-OSS-20B/120B, Qwen3-Coder-30B, Gemma-4-31B-IT; ml.g7e.2xlarge the smallest)
 [7] GPU memory per GPU: g6e L40S 48 GB, g7e RTX PRO 6000 96 GB, p5 H100 80 GB, p5e/p5en H200 141 GB,
     p6-b200 B200 179 GB (instance_types.GPU_FAMILIES)
+K by load: every preset keeps a fixed K (``num_speculative_tokens_per_batch_size`` unset). vLLM 0.32 can only
+switch parallel drafting between the full K and none (bench/figures/vllm_features.json), and where turning it
+off at high load pays on these GPUs is a break-even nobody has measured for these heads; the published speedups
+[1][2][3] were measured at a fixed K. Set a schedule per environment once a load test on the instance shows it.
 Gemma-4-31B-IT: JumpStart lists a P-EAGLE head [6], but no public one exists: its preset has no drafter
 source and no trained K - stage your own head and say its K; its layer shape is not published, so only its
 weights are checked against the GPU.

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Mapping
 from urllib.parse import quote, unquote
 
-from peagle_contract.serving import SPECULATIVE_CONFIG_VAR, parse_speculative_config
+from peagle_contract.serving import DYNAMIC_K_KEY, SPECULATIVE_CONFIG_VAR, parse_speculative_config
 
 HEADER = "X-Amzn-SageMaker-Custom-Attributes"
 # SageMaker's limit on the header (botocore's CustomAttributes shape: max 1024).
@@ -46,6 +46,8 @@ class ServedConfig:
     method: str
     parallel_drafting: bool
     vllm: str
+    # K by load as the engine schedules it: "fixed", or "first-last:K" ranges ("1-2:7,3-64:0").
+    k_by_load: str = "fixed"
 
     def render(self) -> str:
         parts = [f"{PREFIX}{f.name}={quote(_text(getattr(self, f.name)), safe=_SAFE)}" for f in fields(self)]
@@ -54,6 +56,13 @@ class ServedConfig:
             raise ServedConfigError(f"{HEADER}: renders {len(value)} characters; allowed: at most {MAX_CHARS} "
                                     "(SageMaker's limit on the header)")
         return value
+
+
+def k_by_load(schedule) -> str:
+    """vLLM's ``num_speculative_tokens_per_batch_size`` as the statement says it ("fixed" when there is none)."""
+    if not schedule:
+        return "fixed"
+    return ",".join(f"{int(first)}-{int(last)}:{int(k)}" for first, last, k in schedule)
 
 
 def _text(value: object) -> str:
@@ -79,14 +88,16 @@ def parse(value: str | None) -> ServedConfig:
         raise ServedConfigError(f"{HEADER}: {PREFIX}parallel_drafting got {ours['parallel_drafting']!r}; "
                                 "allowed: true or false")
     return ServedConfig(k=int(ours["k"]), drafter=ours["drafter"], method=ours["method"],
-                        parallel_drafting=ours["parallel_drafting"] == "true", vllm=ours["vllm"])
+                        parallel_drafting=ours["parallel_drafting"] == "true", vllm=ours["vllm"],
+                        k_by_load=ours["k_by_load"])
 
 
 def expected_from_environment(env: Mapping[str, str]) -> ServedConfig:
     """What a container given this model environment must say it runs (the release's vLLM)."""
     spec = parse_speculative_config(env.get(SPECULATIVE_CONFIG_VAR) or "", SPECULATIVE_CONFIG_VAR)
     return ServedConfig(k=spec["num_speculative_tokens"], drafter=spec["model"], method=spec["method"],
-                        parallel_drafting=spec["parallel_drafting"], vllm=VLLM_RELEASE)
+                        parallel_drafting=spec["parallel_drafting"], vllm=VLLM_RELEASE,
+                        k_by_load=k_by_load(spec.get(DYNAMIC_K_KEY)))
 
 
 def differences(*, expected: ServedConfig, served: ServedConfig) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from peagle_contract.bundle import DRAFTER_DIR, MANIFEST_DIGEST_VAR, TARGET_DIR, BundleError, check_digest
 
@@ -32,6 +32,8 @@ DYNAMIC_K_KEY = "num_speculative_tokens_per_batch_size"
 MODEL_RUNNER_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 
 K_MIN, K_MAX = 1, 32
+# A schedule is a handful of load bands; more is a mistake (and an environment value has a size limit).
+K_SCHEDULE_MAX_RANGES = 16
 TP_ALLOWED = (1, 2, 4, 8)
 MAX_MODEL_LEN_MIN, MAX_MODEL_LEN_MAX = 256, 1_048_576
 DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -164,6 +166,10 @@ class ServingConfig:
     extra_environment: Mapping[str, str] = field(default_factory=dict)
     # Operator levers a request may pull (names of REQUEST_CAPABILITIES); every other one is refused by name.
     request_capabilities: frozenset[str] = frozenset()
+    # K by load: vLLM's ``num_speculative_tokens_per_batch_size``, ((first, last, K), ...) over the batch sizes
+    # a step schedules, from 1 up. With parallel drafting vLLM 0.32 serves only K = num_speculative_tokens
+    # or 0 (no drafting) in a range (see check_k_schedule); None: K is fixed.
+    num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -179,6 +185,9 @@ class ServingConfig:
                     "or a Hugging Face id 'org/name' (only with network isolation off)",
                 )
         check_num_speculative_tokens(self.num_speculative_tokens, "num_speculative_tokens")
+        if self.num_speculative_tokens_per_batch_size is not None:
+            check_k_schedule(self.num_speculative_tokens_per_batch_size, self.num_speculative_tokens,
+                             DYNAMIC_K_KEY)
         if self.parallel_drafting is not True:
             raise ServingConfigError(
                 "parallel_drafting",
@@ -255,7 +264,8 @@ class ServingConfig:
     # -- rendering ----------------------------------------------------------------------------------
     def speculative_config(self, *, drafter_dir: str = DRAFTER_MODEL_DIR) -> dict:
         drafter = drafter_dir if is_s3_uri(self.drafter_model) else self.drafter_model
-        return speculative_config(drafter, num_speculative_tokens=self.num_speculative_tokens)
+        return speculative_config(drafter, num_speculative_tokens=self.num_speculative_tokens,
+                                  k_schedule=self.num_speculative_tokens_per_batch_size)
 
     def to_environment(
         self, *, target_dir: str = TARGET_MODEL_DIR, drafter_dir: str = DRAFTER_MODEL_DIR
@@ -304,15 +314,63 @@ class ServingConfig:
 # -- rules shared by both sides ---------------------------------------------------------------------
 
 
-def speculative_config(drafter: str, *, num_speculative_tokens: int) -> dict:
+def speculative_config(drafter: str, *, num_speculative_tokens: int,
+                       k_schedule: Sequence[Sequence[int]] | None = None) -> dict:
     """P-EAGLE as vLLM's ``--speculative-config`` takes it: the eagle3 method with parallel drafting.
 
     ``drafter`` is the head's folder as the server sees it (or a hub id). Always name the method: vLLM's
     guess from the folder name falls back to a plain draft model. K is not checked here: a ServingConfig
     checked it when it was made, and the image checks what it is given (:func:`parse_speculative_config`).
+    ``k_schedule``: K by batch size (vLLM's ``num_speculative_tokens_per_batch_size``), absent when None.
     """
-    return {"method": SPEC_METHOD, "model": str(drafter), "num_speculative_tokens": num_speculative_tokens,
+    spec = {"method": SPEC_METHOD, "model": str(drafter), "num_speculative_tokens": num_speculative_tokens,
             "parallel_drafting": True}
+    if k_schedule is not None:
+        spec[DYNAMIC_K_KEY] = [list(entry) for entry in k_schedule]
+    return spec
+
+
+def check_k_schedule(schedule: object, num_speculative_tokens: int, where: str) -> None:
+    """K by batch size, checked as vLLM 0.32 checks it and by what it can serve with parallel drafting.
+
+    vLLM's rules (``vllm/v1/spec_decode/dynamic/utils.py``): a non-empty list of (first, last, K) with
+    positive inclusive batch-size ranges, first <= last, K >= 0, the ranges in ascending order without
+    overlap and the first starting at 1 (every load has a K). vLLM sorts an unsorted list; here it is an
+    error, so the config reads as it runs. Ours: a K between 1 and num_speculative_tokens makes vLLM 0.32's
+    parallel-drafting proposer return drafts shaped for the full K and the engine dies on the first such
+    step (bench/figures/vllm_features.json: gpu_model_runner.py _copy_draft_token_ids_to_cpu), so each
+    range either drafts the full K or turns drafting off (0). The K a head was trained for bounds
+    num_speculative_tokens, so it bounds every K here too.
+    """
+    allowed = (f"a list of [first, last, K] batch-size ranges, ascending from 1 without overlap, each K "
+               f"0 or {num_speculative_tokens} (num_speculative_tokens)")
+    if not isinstance(schedule, (list, tuple)) or not schedule:
+        raise ServingConfigError(where, f"got {_short(schedule)}; allowed: {allowed}")
+    if len(schedule) > K_SCHEDULE_MAX_RANGES:
+        raise ServingConfigError(where, f"got {len(schedule)} ranges; allowed: at most {K_SCHEDULE_MAX_RANGES}")
+    previous_last = 0
+    for index, entry in enumerate(schedule):
+        at = f"{where}[{index}]"
+        if (not isinstance(entry, (list, tuple)) or len(entry) != 3
+                or any(isinstance(v, bool) or not isinstance(v, int) for v in entry)):
+            raise ServingConfigError(at, f"got {_short(entry)}; allowed: three integers [first, last, K]")
+        first, last, k = entry
+        if not 1 <= first <= last:
+            raise ServingConfigError(at, f"got the range {first}..{last}; allowed: 1 <= first <= last")
+        if first != previous_last + 1:
+            expected = "start at 1 (every batch size needs a K)" if index == 0 else \
+                f"start at {previous_last + 1}, right after the range before (ascending, no overlap, no gap)"
+            raise ServingConfigError(at, f"starts at {first}; allowed: {expected}")
+        if k not in (0, num_speculative_tokens):
+            raise ServingConfigError(at, f"got K={k}; allowed: 0 (no drafting at this load) or "
+                                         f"{num_speculative_tokens} (num_speculative_tokens): vLLM 0.32's parallel "
+                                         "drafting fails on any K in between")
+        previous_last = last
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def minified_json(value: object) -> str:
@@ -387,10 +445,7 @@ def parse_speculative_config(raw: str, where: str = SPECULATIVE_CONFIG_VAR) -> d
         raise ServingConfigError(f"{where}.parallel_drafting", f"got {spec.get('parallel_drafting')!r}; allowed: true")
     check_num_speculative_tokens(spec.get("num_speculative_tokens"), f"{where}.num_speculative_tokens")
     if spec.get(DYNAMIC_K_KEY) is not None:
-        # vLLM's dynamic speculative decoding changes K per batch size; with parallel drafting its slot layout
-        # no longer matches the drafter input (vLLM issue 45695, open), so the two are never combined here.
-        raise ServingConfigError(f"{where}.{DYNAMIC_K_KEY}", "not allowed with parallel_drafting: vLLM's dynamic "
-                                                              "speculative decoding breaks the P-EAGLE slot layout")
+        check_k_schedule(spec[DYNAMIC_K_KEY], spec["num_speculative_tokens"], f"{where}.{DYNAMIC_K_KEY}")
     model = spec.get("model")
     if not isinstance(model, str) or not model:
         raise ServingConfigError(f"{where}.model", "must name the drafter: a directory in the container or a model id")
