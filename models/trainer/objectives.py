@@ -179,8 +179,16 @@ def parallel_loss(head: DrafterHead, batch: TargetBatch, *, depth: int, anchors:
     return StepResult(loss=total, hits=hits, counts=counts, chain=chain, complete=complete)
 
 
-def sequential_loss(head: DrafterHead, batch: TargetBatch, *, depth: int) -> StepResult:
-    """EAGLE-3 with training-time test: `depth` passes, each feeding the previous pass's output forward."""
+def sequential_loss(head: DrafterHead, batch: TargetBatch, *, depth: int, answer_rows_only: bool = False
+                    ) -> StepResult:
+    """EAGLE-3 with training-time test: `depth` passes, each feeding the previous pass's output forward.
+
+    ``answer_rows_only`` (a batch that says which labels count): the passes after the first run on the rows
+    whose first label counts and no others. vLLM only ever drafts from those rows, so a prompt row's later
+    passes train nothing that is served; with whole prompts in a window they are most of the work.
+    """
+    if answer_rows_only and batch.valid is not None and depth > 1:
+        return _sequential_on_answer_rows(head, batch, depth=depth)
     tokens, fused = batch.tokens, batch.fused
     b, t = tokens.shape
     rows = t - 1
@@ -203,6 +211,43 @@ def sequential_loss(head: DrafterHead, batch: TargetBatch, *, depth: int) -> Ste
         counts.append(cd)
         chain[:, :, d] = hit
         complete &= valid
+        past.append(kv)
+        hidden = x
+    return StepResult(loss=total, hits=hits, counts=counts, chain=chain, complete=complete)
+
+
+def _sequential_on_answer_rows(head: DrafterHead, batch: TargetBatch, *, depth: int) -> StepResult:
+    """:func:`sequential_loss` with the passes after the first on answer rows only (same losses on them)."""
+    tokens, fused = batch.tokens, batch.fused
+    b, t = tokens.shape
+    rows = t - 1
+    r = torch.arange(rows)
+    x, kv = head.step_hidden(tokens[:, 1:], head.fc(fused[:, :-1]), r, None, [])
+    first = batch.counts(r + 1)
+    labels, soft = batch.targets(r + 1)
+    total, h0, c0, hit0 = _scored(head, x, labels, first, soft)
+    hits, counts = [h0], [c0]
+    chain = torch.zeros(b, rows, depth, dtype=torch.bool)
+    chain[:, :, 0] = hit0
+    complete = first.clone()
+    # Each sequence's answer rows first, in order; a sequence with fewer is padded with other rows of its own,
+    # which are computed and never scored (the indexes stay distinct, so scattering back is exact).
+    n = int(first.sum(1).max())
+    idx = torch.argsort((~first).to(torch.int8), dim=1, stable=True)[:, :max(n, 1)]
+    real = first.gather(1, idx)
+    past = [kv]
+    hidden = x.gather(1, idx[..., None].expand(-1, -1, x.shape[-1]))
+    for d in range(1, depth):
+        tok_at = (idx + 1 + d).clamp(max=t - 1)
+        valid = (idx + 1 + d <= t - 1) & batch.counts(tok_at) & real
+        x, kv = head.step_hidden(tokens.gather(1, tok_at), hidden, idx + d, None, past, ttt_rows=idx)
+        labels, soft = batch.targets(tok_at)
+        loss_d, hd, cd, hit = _scored(head, x, labels, valid, soft)
+        total = total + DEPTH_DECAY ** d * loss_d
+        hits.append(hd)
+        counts.append(cd)
+        chain[:, :, d] = torch.zeros(b, rows, dtype=torch.bool).scatter(1, idx, hit)
+        complete &= torch.zeros(b, rows, dtype=torch.bool).scatter(1, idx, valid)
         past.append(kv)
         hidden = x
     return StepResult(loss=total, hits=hits, counts=counts, chain=chain, complete=complete)

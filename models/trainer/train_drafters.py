@@ -28,6 +28,17 @@ class DrafterTraining:
     keep_decay: float | None = None
     # The whole token embedding trains (the published recipes do); False: only P-EAGLE's mask row.
     learn_embedding: bool = True
+    weight_decay: float = 0.0  # AdamW's decoupled decay
+    # EAGLE-3: the training-time passes after the first on answer rows only (objectives.sequential_loss).
+    answer_rows_only: bool = False
+    # Train for this much process CPU time (every thread's) instead of a step count, ``steps`` then only a cap:
+    # heads compared at equal training cost. The learning-rate schedule follows the share of the budget spent.
+    cpu_seconds: float | None = None
+    # Early stopping on held-out acceptance: every ``eval_every`` steps the held-out estimate at ``depth``; the
+    # best weights are kept and training stops after ``patience`` estimates without a gain. The estimates' CPU
+    # time is reported apart and not charged to ``cpu_seconds``. None: no estimates while training.
+    eval_every: int | None = None
+    patience: int = 3
 
 
 KEEP_FLOOR = 0.2
@@ -83,34 +94,92 @@ def anchors_for(spec: DrafterTraining, batch: TargetBatch, gen: torch.Generator)
     return torch.stack(rows)
 
 
+@dataclass
+class TrainingRun:
+    """What a training run reached: steps, windows drawn, CPU seconds, and the held-out estimates taken."""
+
+    steps: int = 0
+    windows: int = 0
+    cpu_seconds: float = 0.0
+    eval_cpu_seconds: float = 0.0
+    stopped: str = "steps"  # "steps", "cpu_seconds" or "early" (no held-out gain for `patience` estimates)
+    best_step: int | None = None
+    estimates: list = None  # (step, estimated acceptance length) per held-out estimate
+
+    def epochs(self, training_windows: int) -> float:
+        return round(self.windows / max(training_windows, 1), 3)
+
+
 def train_head(head: DrafterHead, batches: Callable[[torch.Generator], TargetBatch], spec: DrafterTraining, *,
-               mask_token: int, log=print) -> DrafterHead:
-    """``batches(gen)`` draws one training batch; the same generator then draws P-EAGLE's anchors."""
+               mask_token: int, held_out: list[TargetBatch] | None = None, log=print) -> TrainingRun:
+    """``batches(gen)`` draws one training batch; the same generator then draws P-EAGLE's anchors.
+
+    ``held_out``: the batches early stopping estimates acceptance on (needed with ``spec.eval_every``).
+    The head ends with the best weights seen when estimates were taken, else the last ones.
+    """
     parallel = head.mask_hidden is not None
     name = "p-eagle" if parallel else "eagle-3"
+    if spec.eval_every is not None and not held_out:
+        raise ValueError("early stopping (eval_every) needs held-out batches")
     trainable = [p for p in head.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(trainable, lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    opt = torch.optim.AdamW(trainable, lr=spec.lr, betas=(0.9, 0.95), weight_decay=spec.weight_decay)
     gen = torch.Generator().manual_seed(spec.seed + (1 if parallel else 2))
-    start = time.time()
+    run = TrainingRun(estimates=[])
+    start, cpu_start = time.time(), time.process_time()
+    best_al, best_state, since_best = -1.0, None, 0
     head.train()
     for step in range(spec.steps):
+        spent = time.process_time() - cpu_start - run.eval_cpu_seconds
+        if spec.cpu_seconds is not None:
+            if spent >= spec.cpu_seconds:
+                run.stopped = "cpu_seconds"
+                break
+            # The cosine schedule over the budget: the step count it would reach at the current pace.
+            pace = spent / step if step else None
+            total = max(step + 1, round(spec.cpu_seconds / pace)) if pace else spec.steps
+            lr = cosine_lr(step, min(total, spec.steps), spec.lr)
+        else:
+            lr = cosine_lr(step, spec.steps, spec.lr)
         for group in opt.param_groups:
-            group["lr"] = cosine_lr(step, spec.steps, spec.lr)
+            group["lr"] = lr
         batch = batches(gen)
+        run.windows += batch.tokens.shape[0]
         if parallel:
             result = parallel_loss(head, batch, depth=spec.depth, anchors=anchors_for(spec, batch, gen),
                                    mask_token=mask_token, keep=depth_keep(spec))
         else:
-            result = sequential_loss(head, batch, depth=spec.depth)
+            result = sequential_loss(head, batch, depth=spec.depth, answer_rows_only=spec.answer_rows_only)
         opt.zero_grad(set_to_none=True)
         result.loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
+        run.steps = step + 1
         if step % 50 == 0 or step == spec.steps - 1:
             acc = " ".join(f"{h / max(c, 1):.2f}" for h, c in zip(result.hits, result.counts))
             log(f"{name} step {step:4d} loss {result.loss.item():.3f} agree/depth [{acc}] ({time.time() - start:.0f}s)")
+        if spec.eval_every is not None and run.steps % spec.eval_every == 0:
+            eval_start = time.process_time()
+            head.eval()
+            al = estimate_acceptance(head, held_out, depth=spec.depth, mask_token=mask_token)[
+                "estimated_acceptance_length"]
+            head.train()
+            run.eval_cpu_seconds += time.process_time() - eval_start
+            run.estimates.append((run.steps, al))
+            if al > best_al:
+                best_al, since_best, run.best_step = al, 0, run.steps
+                best_state = {k: v.detach().clone() for k, v in head.state_dict().items()}
+            else:
+                since_best += 1
+            log(f"{name} step {run.steps}: held-out estimate AL {al} (best {best_al} at step {run.best_step})")
+            if since_best >= spec.patience:
+                run.stopped = "early"
+                break
+    run.cpu_seconds = round(time.process_time() - cpu_start - run.eval_cpu_seconds, 1)
+    run.eval_cpu_seconds = round(run.eval_cpu_seconds, 1)
+    if best_state is not None:
+        head.load_state_dict(best_state)
     head.eval()
-    return head
+    return run
 
 
 def target_rows(target, rows: torch.Tensor, spec: DrafterTraining, aux_layer_ids: list[int]
@@ -138,8 +207,8 @@ def estimate_acceptance(head: DrafterHead, batches: TargetBatch | list[TargetBat
                 assert batch.tokens.shape[0] == 1, "estimate P-EAGLE on one sequence per batch"
                 anchors = batch.valid[0, 1:].nonzero().flatten()
             result = parallel_loss(head, batch, depth=depth, anchors=anchors, mask_token=mask_token)
-        else:
-            result = sequential_loss(head, batch, depth=depth)
+        else:  # the same chains as every row's passes (only drafting starts in the answer are complete)
+            result = sequential_loss(head, batch, depth=depth, answer_rows_only=True)
         assert result.chain is not None and result.complete is not None
         runs.append(result.chain.int().cumprod(-1)[result.complete])
         hits = [a + b for a, b in zip(hits, result.hits)]

@@ -58,8 +58,8 @@ def _logits_of_every_pass(head: DrafterHead, objective):
     seen: list[torch.Tensor] = []
     step = head.step_hidden
 
-    def wrapped(tokens, hidden, positions, mask, past=None):
-        out = step(tokens, hidden, positions, mask, past)
+    def wrapped(tokens, hidden, positions, mask, past=None, ttt_rows=None):
+        out = step(tokens, hidden, positions, mask, past, ttt_rows)
         seen.append(head.logits(out[0]))
         return out
 
@@ -212,3 +212,27 @@ def test_the_checkpoint_a_deep_head_writes_is_the_layout_vllm_loads(tmp_path):
 
     info = check_drafter_dir(out, where="drafter")
     assert info.mask_token_id == MASK and info.trained == ("trained_num_speculative_tokens", 3)
+
+
+@SHAPES
+def test_training_time_test_on_answer_rows_only_gives_those_rows_the_same_passes(shape):
+    """EAGLE-3's later passes on answer rows alone: every answer row's logits at every pass, its loss terms
+    and the acceptance chains equal the passes over every row; prompt rows are simply not drafted from."""
+    head, depth = _head(parallel=False, shape=shape), 3
+    batch = _batch(b=2, t=14, shape=shape)
+    valid = torch.zeros(2, 14, dtype=torch.bool)
+    valid[0, 5:13] = True  # sequence 0: the answer's labels from position 5; the last position never counts
+    valid[1, 9:12] = True  # sequence 1: a shorter answer, so its row list is padded
+    batch.valid = valid
+    full_result, full = _logits_of_every_pass(head, lambda: sequential_loss(head, batch, depth=depth))
+    part_result, part = _logits_of_every_pass(
+        head, lambda: sequential_loss(head, batch, depth=depth, answer_rows_only=True))
+    starts = valid[:, 1:]  # row r drafts from the answer when its first label (at r + 1) counts
+    torch.testing.assert_close(part[0], full[0])
+    for d in range(1, depth):
+        for b in range(2):
+            answer_rows = starts[b].nonzero().flatten()
+            torch.testing.assert_close(part[d][b, :len(answer_rows)], full[d][b, answer_rows])
+    assert part[1].shape[1] == int(starts.sum(1).max()) < full[1].shape[1]
+    assert torch.equal(part_result.complete, full_result.complete & starts)
+    assert torch.equal(part_result.chain[part_result.complete], full_result.chain[part_result.complete])

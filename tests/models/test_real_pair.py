@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from models import real_pair
 from models.trainer import coding_tasks
 from models.trainer.distill import Features
 from models.trainer.feature_batches import FeatureWindows, draft_vocab, split_samples
@@ -28,8 +29,6 @@ def test_humaneval_is_the_real_benchmark(humaneval):
 
 @pytest.mark.parametrize("recipe", ["bench", "demo"])
 def test_no_humaneval_prompt_or_solution_is_in_the_training_tasks(recipe, humaneval):
-    from models import real_pair
-
     messages = real_pair.training_messages(real_pair.RECIPES[recipe].data)
     assert len(messages) == real_pair.RECIPES[recipe].data.tasks
     texts = [m["content"] for conversation in messages for m in conversation]
@@ -148,6 +147,32 @@ def test_split_keeps_held_out_samples_apart(tmp_path):
     train, held = split_samples(features, held_out=2, seed=0)
     assert not set(train) & set(held) and len(held) == 2
     assert 3 not in set(train) | set(held)  # a one-token answer has no label to train on
+
+
+def test_validation_answers_are_apart_from_training_and_from_the_figures_held_out(tmp_path):
+    from dataclasses import replace
+
+    features = _features(tmp_path, lengths=[30, 12, 40, 20, 25, 18, 22, 26], answer_starts=[10, 4, 25, 5, 5, 3, 4, 6])
+    recipe = replace(real_pair.RECIPES["demo"], held_out_samples=2, validation_samples=3)
+    train, held, validation = real_pair.split(recipe, features)
+    assert (len(held), len(validation)) == (2, 3)
+    assert not (set(train) & set(held)) and not (set(train) & set(validation)) and not (set(held) & set(validation))
+    # Without validation answers the held-out set is the one the recipe always had.
+    _, held_alone, none = real_pair.split(replace(recipe, validation_samples=0), features)
+    assert list(held_alone) == list(split_samples(features, held_out=2, seed=0)[1]) and len(none) == 0
+
+
+def test_the_bench_heads_are_compared_at_equal_size_depth_and_cost():
+    recipe = real_pair.RECIPES["bench"]
+    heads = {h.name: h for h in recipe.heads}
+    eagle3, p_eagle = heads["eagle3"], heads["p_eagle"]
+    assert recipe.serve == "p_eagle" and eagle3.layers == p_eagle.layers == 1 and not eagle3.parallel
+    assert eagle3.training.depth == p_eagle.training.depth == 5
+    assert eagle3.training.cpu_seconds == p_eagle.training.cpu_seconds == heads["p_eagle_2l"].training.cpu_seconds
+    assert p_eagle.training.keep_decay is not None and eagle3.training.answer_rows_only
+    for head in recipe.heads:
+        assert head.training.weight_decay > 0 and head.training.eval_every
+    assert recipe.validation_samples > 0 and recipe.min_acceptance_length > 1.0
 
 
 @pytest.mark.slow
