@@ -32,6 +32,7 @@ from pathlib import Path
 
 import spec_rounds
 import spec_runs
+from cost_model import CostModel, fit_line
 from vllm_features import GPU_LIKE_CONDITIONAL, unconditional_rates
 
 FIGURES_DIR = spec_runs.REPO_ROOT / "bench" / "figures"
@@ -63,18 +64,11 @@ def config(base: dict, method: str, head: tuple[str, bool], k: int, profile: str
 
 
 def slope(points: list[tuple[int, float]]) -> dict:
-    """Least-squares line through (K, ms): the cost of one more draft position, and of a step at K = 0."""
-    if len(points) < 2:
+    """The drafting cost's line in K (bench/cost_model.py's fit): one more draft position, and a step at K = 0."""
+    line = fit_line(points)
+    if line is None:
         return {"ms_per_position": None, "ms_at_k0": None}
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    b = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
-    return {"ms_per_position": round(b, 3), "ms_at_k0": round(my - b * mx, 3)}
-
-
-def _base(pair, prompts: list, args) -> dict:
-    return {"target": str(pair.target), "warmup_prompt": prompts[0], "max_tokens": args.max_tokens,
-            "max_model_len": 2048, "max_num_seqs": max(args.concurrency), "ignore_eos": True}
+    return {"ms_per_position": round(line.ms_per_position, 3), "ms_at_k0": round(line.ms_at_k0, 3)}
 
 
 def sweep(pair, prompts: list, args, workdir: Path) -> dict:
@@ -229,6 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     swept = sweep(pair, prompts, args, workdir)
     finals = final(pair, swept, prompts, args, workdir)
     cost = costs(swept["summaries"])
+    # The step-time model (bench/cost_model.py) these runs give: what end-to-end ratios are predicted from.
+    model = CostModel.from_sweep(s for found in swept["summaries"].values() for s in found.values())
+    step_model = {"step_ms": {f"{m}-c{c}": {"ms_at_k0": round(line.ms_at_k0, 3),
+                                            "ms_per_position": round(line.ms_per_position, 3)}
+                              for (m, c), line in model.lines.items()},
+                  "plain_step_ms": {f"c{c}": round(v, 3) for c, v in model.plain_step_ms.items()},
+                  "sequences_per_step": {f"c{c}": round(v, 3) for c, v in model.sequences.items()}}
     report = spec_runs.header(command="python bench/synthetic_sweep.py " + " ".join(argv),
                               settings={"prompts": args.prompts, "max_tokens": args.max_tokens,
                                         "stops": "none: EOS ignored, every answer is max_tokens long",
@@ -243,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         "profiles": {p: rates(p, max(args.k)) for p in args.profiles},
         "goals": goals(cost, finals),
         "drafting_cost": cost,
+        "step_model": step_model,
         "p_eagle_over_eagle3_by_k": swept["paired"],
         "final": finals,
         "seconds": round(time.time() - started),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -104,7 +104,7 @@ class TrainingRun:
     eval_cpu_seconds: float = 0.0
     stopped: str = "steps"  # "steps", "cpu_seconds" or "early" (no held-out gain for `patience` estimates)
     best_step: int | None = None
-    estimates: list = None  # (step, estimated acceptance length) per held-out estimate
+    estimates: list = field(default_factory=list)  # (step, estimated acceptance length) per held-out estimate
 
     def epochs(self, training_windows: int) -> float:
         return round(self.windows / max(training_windows, 1), 3)
@@ -124,7 +124,7 @@ def train_head(head: DrafterHead, batches: Callable[[torch.Generator], TargetBat
     trainable = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=spec.lr, betas=(0.9, 0.95), weight_decay=spec.weight_decay)
     gen = torch.Generator().manual_seed(spec.seed + (1 if parallel else 2))
-    run = TrainingRun(estimates=[])
+    run = TrainingRun()
     start, cpu_start = time.time(), time.process_time()
     best_al, best_state, since_best = -1.0, None, 0
     head.train()

@@ -14,5 +14,6 @@ def load(name: str):
         sys.path.insert(0, str(BENCH))  # the scripts import their siblings by bare name
     spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as a plain import would: dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
