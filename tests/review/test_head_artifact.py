@@ -121,14 +121,24 @@ def test_a_packed_assembly_travels_byte_for_byte(tmp_path):
         (assembly / "assembly-Dev" / "DevPEagle1234.template.json").read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("name", ["../Dev-PEagle.template.json", "/etc/Dev-PEagle.template.json",
+# ABSOLUTE: a member named by an absolute path, made at run time from the test's own folder (so the test can
+# also look there for what an extraction would have written).
+ABSOLUTE = "<absolute>"
+
+
+@pytest.mark.parametrize("name", ["../Dev-PEagle.template.json", ABSOLUTE,
                                   "sub/Dev-PEagle.template.json", "..\\Dev-PEagle.template.json",
-                                  "../../../../tmp/escaped.template.json"])
+                                  "../../../../escaped.template.json"])
 def test_a_member_with_a_path_is_refused(tmp_path, name):
     members = _good_members(tmp_path)
+    if name == ABSOLUTE:
+        name = str(tmp_path / "outside" / "Dev-PEagle.template.json")
     members[name] = members.pop("Dev-PEagle.template.json")
     message = _refused(tmp_path, _hostile(tmp_path, members), "a path", "a file at the zip's root")
-    assert not (tmp_path.parent / "escaped.template.json").exists() and not Path("/tmp/escaped.template.json").exists()
+    # Nothing escaped: not beside or above the test's folder (wherever a traversal would land), not at the
+    # absolute name.
+    assert not any((folder / "escaped.template.json").exists() for folder in tmp_path.parents)
+    assert not (tmp_path / "outside").exists()
     assert repr(name)[1:40] in message
 
 
@@ -136,7 +146,9 @@ def test_a_symbolic_link_or_a_folder_is_refused(tmp_path):
     members = _good_members(tmp_path)
     link = zipfile.ZipInfo("Dev-PEagle.template.json")
     link.external_attr = (0o120777 << 16)  # a symbolic link, as `zip -y` stores one: the data is its target
-    items = [(link, b"/etc/passwd")] + [(n, d) for n, d in members.items() if n != "Dev-PEagle.template.json"]
+    # Its target leaves the folder the zip is read into (a link would let the judge read another file).
+    target = str(tmp_path / "outside" / "secret").encode()
+    items = [(link, target)] + [(n, d) for n, d in members.items() if n != "Dev-PEagle.template.json"]
     _refused(tmp_path, _hostile(tmp_path, items), "a plain file", "a symbolic link")
     folder = tmp_path / "second"
     folder.mkdir()

@@ -256,6 +256,14 @@ def _flip_a_byte(root):
     path.write_bytes(bytes(data))
 
 
+def _link_outside(root: Path) -> None:
+    """target/config.json becomes a link to a readable file outside the bundle."""
+    outside = root.parent / "outside-the-bundle.json"
+    outside.write_text("{}")
+    (root / "target" / "config.json").unlink()
+    (root / "target" / "config.json").symlink_to(outside)
+
+
 ATTACKS = [
     ("changed-byte", _flip_a_byte, "drafter/model.safetensors: sha256 expected"),
     ("missing-file", lambda root: (root / "target" / "config.json").unlink(), "target/config.json: missing"),
@@ -263,8 +271,7 @@ ATTACKS = [
     ("extra-in-target", lambda root: (root / "target" / "extra.bin").write_bytes(b"x"),
      "target/extra.bin: not in the manifest"),
     ("model-py", lambda root: (root / "model.py").write_text("import os\n"), "model.py: a file named model.py"),
-    ("escaping-link", lambda root: (root / "target" / "config.json").unlink()
-     or (root / "target" / "config.json").symlink_to("/etc/hostname"), "target/config.json: a symbolic link"),
+    ("escaping-link", _link_outside, "target/config.json: a symbolic link"),
     ("incomplete", lambda root: (root / "manifest.json").unlink(), "incomplete bundle"),
 ]
 
