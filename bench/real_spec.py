@@ -58,11 +58,6 @@ def configs(pair, args, warmup: list[int]) -> list[dict]:
     return [c for c in swept if c["name"] != "plain-end"]
 
 
-def _per_round(concurrency: int) -> int:
-    """Prompts per round: two one at a time, or one batch at higher concurrency."""
-    return 2 if concurrency == 1 else concurrency
-
-
 def screen(configs: list[dict], prompts: list, args, workdir: Path) -> dict[int, dict[str, dict]]:
     """Every configuration against plain decoding, in groups; returns {concurrency: {name: summary}}."""
     plain, others = configs[0], configs[1:]
@@ -76,7 +71,7 @@ def screen(configs: list[dict], prompts: list, args, workdir: Path) -> dict[int,
         try:
             for c in args.concurrency:
                 measured = spec_rounds.rounds(workers, prompts, concurrency=c, count=args.screen_rounds,
-                                              per_round=_per_round(c), label="screen ")
+                                              per_round=spec_rounds.prompts_per_round(c), label="screen ")
                 plain_rounds[c] += measured["plain"]
                 for config in group[1:]:
                     found[c][config["name"]] = spec_rounds.summary({**config, "concurrency": c},
@@ -106,7 +101,7 @@ def final(configs: list[dict], screened: dict[int, dict[str, dict]], prompts: li
         for c in args.concurrency:
             chosen = {"plain": workers["plain"], **{n: workers[n] for n in best[c].values()}}
             measured = spec_rounds.rounds(chosen, prompts, concurrency=c, count=args.final_rounds,
-                                          per_round=_per_round(c), label="final ")
+                                          per_round=spec_rounds.prompts_per_round(c), label="final ")
             row: dict = {"plain": spec_rounds.summary({**by_name["plain"], "concurrency": c}, measured["plain"])}
             for method, name in best[c].items():
                 row[method] = spec_rounds.summary({**by_name[name], "concurrency": c}, measured[name])
@@ -214,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     report.update({
         "layout": {"kind": "interleaved rounds: engines alive side by side, plain decoding in every round",
                    "screen": {"group": args.group, "rounds": args.screen_rounds,
-                              "prompts_per_round": {f"c{c}": _per_round(c) for c in args.concurrency}},
+                              "prompts_per_round": {f"c{c}": spec_rounds.prompts_per_round(c) for c in args.concurrency}},
                    "final": {"rounds": args.final_rounds, "configurations": "plain, the screen's fastest EAGLE-3 "
                              "and fastest P-EAGLE at each concurrency"},
                    "ratios": "per round, against plain decoding in the same round; median and 90% bootstrap "

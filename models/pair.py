@@ -48,6 +48,14 @@ class ModelPair:
             raise ValueError(f"{self.root} has no EAGLE-3 head")
         return drafter_config(self.eagle3_drafter, k, parallel=False)
 
+    def compared_heads(self) -> dict[str, tuple[Path, bool]]:
+        """The heads a method comparison drafts with: ``{"p-eagle": (folder, True)}`` for the serving head, and
+        ``"eagle3": (folder, False)`` where the pair has one (True: parallel drafting)."""
+        heads = {"p-eagle": (self.drafter, True)}
+        if self.eagle3_drafter is not None:
+            heads["eagle3"] = (self.eagle3_drafter, False)
+        return heads
+
     def report(self) -> dict:
         """What the builder measured while it trained (empty for an untrained pair)."""
         path = self.root / REPORT

@@ -41,6 +41,9 @@ def test_costs_pool_the_profiles_and_the_goal_compares_the_slopes(sweep):
     assert best == {"goal": 1.15, "value": 1.12, "interval": [1.05, 1.2], "met": False}
 
 
-def test_the_profiles_are_vllms_unconditional_rates(sweep):
-    assert sweep.rates("zero", 3) == [0.0, 0.0, 0.0] and sweep.rates("one", 2) == [1.0, 1.0]
-    assert sweep.rates("gpu-like", 4) == pytest.approx([0.7, 0.56, 0.448, 0.3584])
+def test_the_profiles_are_vllms_unconditional_rates():
+    rates = load("synthetic_sampler").profile_rates
+    assert rates("zero", 3) == [0.0, 0.0, 0.0] and rates("one", 2) == [1.0, 1.0]
+    assert rates("gpu-like", 4) == pytest.approx([0.7, 0.56, 0.448, 0.3584])
+    with pytest.raises(ValueError, match="allowed: zero, one, gpu-like"):
+        rates("half", 2)
