@@ -212,8 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         # The engine's environment (Intel OpenMP preloaded, the V1 runner) must be there before Python starts.
         from models.cpu_engine import cpu_engine_environment
 
-        env = {**cpu_engine_environment(), "PEAGLE_FEATURES_ENGINE": "1", "PEAGLE_FUSED_DRAFT": "0",
-               "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        from spec_runs import BENCH_ENV  # the benchmarks' engine settings (in-process core, no fused kernel)
+
+        env = {**cpu_engine_environment(), **BENCH_ENV, "PEAGLE_FEATURES_ENGINE": "1"}
         os.execve(sys.executable, [sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)], env)
     from models.trainer.corpus import held_out_prompts
 
