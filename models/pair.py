@@ -56,6 +56,18 @@ class ModelPair:
             heads["eagle3"] = (self.eagle3_drafter, False)
         return heads
 
+    def heads(self) -> dict[str, tuple[Path, bool]]:
+        """Every head by its folder's name: ``(folder, parallel drafting)``."""
+        found = {self.drafter.name: (self.drafter, True),
+                 **{folder.name: (folder, True) for folder in self.other_drafters.values()}}
+        if self.eagle3_drafter is not None:
+            found[self.eagle3_drafter.name] = (self.eagle3_drafter, False)
+        return found
+
+    def head_entries(self) -> dict[str, str]:
+        """Each head's cache entry by its folder's name: which trained weights a report measured."""
+        return {name: folder.resolve().name for name, (folder, _) in self.heads().items()}
+
     def report(self) -> dict:
         """What the builder measured while it trained (empty for an untrained pair)."""
         path = self.root / REPORT

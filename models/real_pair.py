@@ -439,9 +439,25 @@ def _assemble_pair(recipe: PairRecipe, target: Path, sample_dir: Path, feature_d
                      mask_token_id=report["mask_token_id"], eagle3_drafter=eagle3, other_drafters=extra).save()
 
 
+def _target_folder() -> Path:
+    return smollm2.cache_root(smollm2.wheel()) / "target"
+
+
 def sample_dir(name: str) -> Path:
     """The answers folder of recipe ``name`` (built or not)."""
-    return _samples_root(RECIPES[name].data, smollm2.cache_root(smollm2.wheel()) / "target")
+    return _samples_root(RECIPES[name].data, _target_folder())
+
+
+def held_out_prompts(name: str, count: int | None = None) -> list[list[int]]:
+    """The prompts (chat-template token ids) of recipe ``name``'s held-out answers, in the split's order (the
+    gate's first): never trained on, never used for early stopping. The recipe's answers and features must
+    be built."""
+    recipe = RECIPES[name]
+    samples_dir = sample_dir(name)
+    features_dir = _features_root(samples_dir, _target_folder(), recipe.distill_top_k)
+    _, held, _ = split(recipe, distill.Features.load(features_dir))
+    rows = distill.read_samples(samples_dir / distill.SAMPLES)
+    return [rows[int(i)]["prompt_ids"] for i in held[:count]]
 
 
 def existing(name: str) -> ModelPair | None:

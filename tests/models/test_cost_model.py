@@ -53,3 +53,54 @@ def test_errors_say_how_far_each_prediction_misses(model):
     [row] = model.errors(fitted, measured)
     assert row["predicted"] == pytest.approx(80 / 42, abs=1e-4)
     assert row["relative_error"] == pytest.approx(1 - 1 / 1.05, abs=1e-3)
+
+
+def _two_concurrencies(model):
+    # c1 memory-bound (drafting positions cheap), c8 compute-bound (each position costs about a plain step).
+    sweep = [_config("plain", 0, 1, 40.0, 1.0), _config("plain", 0, 8, 80.0, 8.0)]
+    for k in range(1, 6):
+        sweep.append(_config("p-eagle", k, 1, 42.0 + 1.0 * k, 2.0))
+        sweep.append(_config("p-eagle", k, 8, 84.0 + 30.0 * k, 16.0))
+    return model.CostModel.from_sweep(sweep)
+
+
+def test_step_time_is_linear_in_the_batch_between_measured_concurrencies(model):
+    fitted = _two_concurrencies(model)
+    assert fitted.step_at("plain", 0, 1) == pytest.approx(40.0) and fitted.step_at("plain", 0, 8) == pytest.approx(80.0)
+    assert fitted.step_at("plain", 0, 4.5) == pytest.approx(60.0)  # halfway
+    assert fitted.step_at("p-eagle", 2, 8) == pytest.approx(144.0)
+    assert fitted.step_at("plain", 0, 16) == pytest.approx(80.0)  # flat past the last measured one
+    with pytest.raises(KeyError, match="eagle3"):
+        fitted.step_at("eagle3", 1, 1)
+
+
+def test_a_closed_batch_is_charged_as_its_requests_finish(model):
+    fitted = _two_concurrencies(model)
+    # Plain, two requests of 10 and 40 tokens: 10 steps with both running, then 30 with one.
+    expected = 10 * fitted.step_at("plain", 0, 2) + 30 * fitted.step_at("plain", 0, 1)
+    assert fitted.batch_ms("plain", 0, 1.0, [40, 10]) == pytest.approx(expected)
+    # At AL 2 each request needs half the steps.
+    spec = 5 * fitted.step_at("p-eagle", 3, 2) + 15 * fitted.step_at("p-eagle", 3, 1)
+    assert fitted.batch_ms("p-eagle", 3, 2.0, [10, 40]) == pytest.approx(spec)
+    ratio = fitted.workload_ratio(("p-eagle", 3, 2.0), ("plain", 0, 1.0), [[10, 40], [20]])
+    assert ratio == pytest.approx((expected + 20 * 40.0) / (spec + 10 * 45.0))
+
+
+def test_the_schedule_drafts_while_the_model_says_it_pays(model):
+    fitted = _two_concurrencies(model)
+    reach = [0.5, 0.3, 0.1, 0.05, 0.02]  # AL(K) = 1 + the first K shares: one request gains, eight lose
+    chosen = model.choose_schedule(fitted, "p-eagle", reach, trained_k=5, max_batch=8)
+
+    def speed(k, b):
+        return (1 + sum(reach[:k])) * fitted.step_at("plain", 0, b) / fitted.step_at("p-eagle", k, b)
+    best = max(range(1, 6), key=lambda k: speed(k, 1))
+    on = max(b for b in range(1, 9) if all(speed(best, x) > 1 for x in range(1, b + 1)))
+    assert (chosen["k"], chosen["drafting_up_to_batch"]) == (best, on) == (4, 3)  # worked by hand too
+    assert chosen["schedule"] == [[1, 3, 4], [4, 8, 0]]
+    assert chosen["predicted_speedup_vs_plain_by_batch"][1] == pytest.approx(speed(4, 1), abs=1e-4)
+    # Nothing accepted: drafting never pays, so it is off at every load.
+    assert model.choose_schedule(fitted, "p-eagle", [0.0] * 5, trained_k=5, max_batch=8)["schedule"] == [[1, 8, 0]]
+    # Drafting that pays at every load keeps a fixed K (no schedule).
+    cheap = model.CostModel(lines={("p-eagle", 1): model.StepLine(40.0, 0.1), ("p-eagle", 8): model.StepLine(80.0, 0.1)},
+                            plain_step_ms={1: 40.0, 8: 80.0}, sequences={1: 1.0, 8: 8.0})
+    assert model.choose_schedule(cheap, "p-eagle", [0.5] * 5, trained_k=5, max_batch=8)["schedule"] is None

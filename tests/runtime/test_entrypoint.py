@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from peagle_contract.drafter import MASK_HIDDEN, MASK_TOKEN_WRITE_KEY
