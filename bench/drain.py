@@ -1,8 +1,8 @@
 """The drain on SIGTERM: the longest stream that still completes, and how long the container takes to exit.
 
-    make bench-drain   # or: .venv/bin/python bench/drain.py [--rounds 3] [--budget 20] [--publish]
+    make bench-drain   # or: .venv/bin/python -m bench.drain [--rounds 3] [--budget 20] [--publish]
 
-Each round starts the runtime as the tests do (our entrypoint, vLLM on this CPU, the tiny pair with P-EAGLE
+Each round starts the runtime as the tests do (our entrypoint, vLLM on this CPU, the random pair with P-EAGLE
 K=4) with the drain budget given (SageMaker's default here: 20 s), measures the engine's pace, then opens
 streams sized at 50%, 90%, 110% and 150% of what that pace delivers within the budget, plus an 8000-token one,
 and sends SIGTERM once every stream has its first event. Per round: which streams completed (their own finish
@@ -25,11 +25,8 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from harness.runtime import LocalRuntime  # noqa: E402
-from reports import write_report  # noqa: E402 - a sibling in bench/
+from bench.reports import write_report
+from harness.runtime import LocalRuntime, local_serving
 
 SAGEMAKER_KILL_AFTER_S = 30
 SHARES = (0.5, 0.9, 1.1, 1.5)
@@ -66,7 +63,8 @@ def _stream(base: str, max_tokens: int, out: dict, first: threading.Event) -> No
 def one_round(pair, budget_s: int, logs: Path, index: int) -> dict:
     import httpx
 
-    runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, k=4, max_model_len=8192, log_dir=logs,
+    runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, log_dir=logs,
+                           serving=local_serving(num_speculative_tokens=4, max_model_len=8192),
                            name=f"bench-drain-{index}", extra_env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1",
                                                                    "PEAGLE_DRAIN_SECONDS": str(budget_s)})
     runtime.start().wait_ready()
@@ -102,12 +100,12 @@ def one_round(pair, budget_s: int, logs: Path, index: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.drain", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--budget", type=int, default=20, help="PEAGLE_DRAIN_SECONDS (the image's default: 20)")
     parser.add_argument("--publish", action="store_true", help="write bench/figures/ rather than bench/results/")
     args = parser.parse_args(argv)
-    from models.tiny import build
+    from models.random_pair import build
 
     pair = build()
     with tempfile.TemporaryDirectory() as logs:

@@ -1,7 +1,7 @@
 """GPU benchmark: the fused parallel-draft input kernel vs the upstream-style sequence of launches.
 
-    python3 bench/kernel.py                 # on a CUDA machine (an H200 for the issue's goal); torch + triton only
-    python3 bench/kernel.py --smoke         # here, on the CPU: Triton interpreter, tiny shapes, timings meaningless
+    python3 -m bench.kernel                 # on a CUDA machine (an H200 for the issue's goal); torch + triton only
+    python3 -m bench.kernel --smoke         # here, on the CPU: Triton interpreter, tiny shapes, timings meaningless
 
 Decode-shaped batches: every request verified K drafts (K+1 input rows) and a random number of them was
 rejected; bf16 hidden rows, block size 16. Both sides write into preallocated buffers (as vLLM's proposer
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python3 -m bench.kernel", description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="CPU + Triton interpreter, tiny shapes (a run check, not a benchmark)")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 128])
     p.add_argument("--ks", type=int, nargs="+", default=[3, 7, 16])
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from peagle_runtime.kernels.draft_io import DraftInputs, DraftSpec
     from peagle_runtime.kernels.fused import build_draft_inputs_fused
-    from staged_baseline import build_draft_inputs_staged  # beside this script
+    from bench.staged_baseline import build_draft_inputs_staged
     from peagle_runtime.kernels.synthetic import make_batch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,9 +1,9 @@
 """What the request middleware costs: TPOT and tokens/s through it and without it, side by side.
 
-    make bench-middleware [LAYOUT=shared|split]   # or: .venv/bin/python bench/middleware_cost.py [--layout ...]
+    make bench-middleware [LAYOUT=shared|split]   # or: .venv/bin/python -m bench.middleware_cost [--layout ...]
 
 Two servers with the same engine settings, started together: our entrypoint (vLLM's OpenAI server with
-the middleware) and the same command line less ``--middleware``. Both serve the tiny pair with P-EAGLE
+the middleware) and the same command line less ``--middleware``. Both serve the random pair with P-EAGLE
 (K=4, fp32, eager) on this CPU; every request streams ``max_tokens`` tokens (``ignore_eos``) through
 /invocations, measured at the client (harness.client), at concurrency 1 and 16. Per config: median time per
 output token over the requests, tokens/s over each round's wall time (median of rounds), the ratio with /
@@ -41,12 +41,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from bench.paired_stats import median_interval
+from harness.client import stream_invocation
+from harness.runtime import LocalRuntime, local_serving
 
-from paired_stats import median_interval  # noqa: E402 - bench/ is on the path when run as a script
-from harness.client import stream_invocation  # noqa: E402 - the repository's own packages, after the path is set
-from harness.runtime import LocalRuntime  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 SERVER_CPU = "0"
 LAYOUTS = ("shared", "split", "paired")
@@ -160,7 +159,7 @@ def sequential_rounds(servers: dict, *, rounds: int, max_tokens: int, schedule: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.middleware_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=None,
                         help="rounds per server and concurrency (default 8; paired: 64)")
     parser.add_argument("--max-tokens", type=int, default=96)
@@ -174,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     args.rounds = args.rounds or (64 if args.layout == "paired" else 8)
     out = args.out or REPO / "bench" / "results" / (
         "middleware_cost.json" if args.layout == "paired" else f"middleware_cost_{args.layout}.json")
-    from models.tiny import build
+    from models.random_pair import build
 
     pair = build()
     logs = Path(tempfile.mkdtemp(prefix="middleware-bench-"))
@@ -184,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--layout paired needs two CPUs; this process may use {cpus}")
     # paired: each engine's OpenMP threads start on a CPU of their own (and are moved every round).
     engine_cpus = dict(zip(("with", "without"), cpus)) if paired else dict.fromkeys(("with", "without"), SERVER_CPU)
-    servers = {name: LocalRuntime(target=pair.target, drafter=pair.drafter, k=4, log_dir=logs, name=name,
-                                  middleware=(name == "with"), max_model_len=512, max_num_seqs=16,
+    servers = {name: LocalRuntime(target=pair.target, drafter=pair.drafter, log_dir=logs, name=name,
+                                  serving=local_serving(num_speculative_tokens=4, max_model_len=512, max_num_seqs=16),
+                                  middleware=(name == "with"),
                                   extra_env={"VLLM_CPU_OMP_THREADS_BIND": str(engine_cpus[name])})
                for name in ("with", "without")}
     client_cpus = set(cpus) - {int(SERVER_CPU)} or set(cpus)
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
               "date": time.strftime("%Y-%m-%d"),
               "command": "make bench-middleware" + ("" if args.layout == "paired" else f" LAYOUT={args.layout}"),
-              "settings": {"pair": "tiny (models.tiny)", "k": 4, "max_tokens": args.max_tokens, "rounds": args.rounds,
+              "settings": {"pair": "random (models.random_pair)", "k": 4, "max_tokens": args.max_tokens, "rounds": args.rounds,
                            "dtype": "float32", "enforce_eager": True,
                            "layout": args.layout,
                            "cpus": {"shared": f"servers and engines on CPU {SERVER_CPU}, the client on the others",

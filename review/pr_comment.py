@@ -36,7 +36,7 @@ from pathlib import Path
 
 from review import judge
 from review.github import GitHub
-from review.stack_diff import ENDPOINT, FAIL, INFERENCE_COMPONENT, StackReview
+from review.verdicts import ENDPOINT, FAIL, INFERENCE_COMPONENT, StackReview
 
 MARKER = "<!-- peagle-stack-diff -->"
 GITHUB_LIMIT = 65_536

@@ -128,7 +128,7 @@ class CiRolesStack(Stack):
             sid="SmokeLogs", actions=["logs:FilterLogEvents"],
             resources=[self.format_arn(service="logs", resource="log-group", resource_name=f"{log_group}:*",
                                        arn_format=ArnFormat.COLON_RESOURCE_NAME)]))
-        # The smoke test's first checks (harness.aws.live_config): the stage's stack as CloudFormation holds it, and
+        # The smoke test's first checks (ops.live_config): the stage's stack as CloudFormation holds it, and
         # what SageMaker serves - the endpoint, its component, and the endpoint config and model they name. Those
         # two are named by CloudFormation at deploy time, so by any name; Describe reads only.
         role.add_to_policy(iam.PolicyStatement(

@@ -25,10 +25,9 @@ from peagle_contract.bundle import bundle_uri
 
 from peagle_constructs import (
     AlarmSubscriber, AlarmThresholds, AutoscalingOptions, ComputeRequirements, ConfigError, CopyScaling,
-    DeploymentPolicy, FleetProps, InstancePool, InstanceScaling, ModelProps, ScaleIn,
+    DeploymentPolicy, FleetProps, InstancePool, InstanceScaling, ModelProps, ScaleIn, check_endpoint_name,
+    check_floor_above_zero,
 )
-from peagle_constructs.autoscaling import check_floor_above_zero
-from peagle_constructs.endpoint import check_endpoint_name
 from peagle_constructs.presets import GPT_OSS_20B
 
 _ACCOUNT = re.compile(r"^\d{12}$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from harness.stage_weights import Source, plan
+from ops.stage_weights import Source, plan
 from peagle_contract.bundle import MANIFEST_NAME, describe, digest, render
 
 

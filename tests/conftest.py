@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cdk import QUIET_CDK_ENV
+from ops.cdk import QUIET_CDK_ENV
 
 for _name, _value in QUIET_CDK_ENV.items():
     os.environ.setdefault(_name, _value)
@@ -58,8 +58,8 @@ def synthesized_assembly(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_pair():
-    """The tiny random target + P-EAGLE drafter (models.tiny): built in seconds, cached by content."""
-    from models.tiny import build
+def untrained():
+    """The random pair: an untrained target + P-EAGLE drafter (models.random_pair): built in seconds, cached by content."""
+    from models.random_pair import build
 
     return build()

@@ -8,7 +8,7 @@ deploys into, and endpoints that really answer.
   through ``AWS_ENDPOINT_URL``; the configure-aws-credentials stand-in assumes the role it is given there,
   so a deploy job acts in the account of the role it asked for.
 - SageMaker Runtime: the front door (harness.front_door) for every stage's endpoint, in front of one local
-  runtime (our entrypoint and vLLM on the CPU, the tiny pair). It is given the speculative config the stages'
+  runtime (our entrypoint and vLLM on the CPU, the random pair). It is given the speculative config the stages'
   models are given (their K, the drafter at its container path) and sees the weights bundle the stages pin
   where SageMaker mounts a model's data, /opt/ml/model (harness/bin/model-mount), with the pin in its
   environment: its entrypoint verifies every file before vLLM starts, and what its container says it runs is
@@ -23,7 +23,7 @@ deploys into, and endpoints that really answer.
 
 What this cannot prove: that an instance starts or a model loads on SageMaker, the rest of a stage's
 serving environment (its GPU settings: fp8 KV cache, memory share, lengths; the runtime runs the CPU's),
-that SageMaker copies the staged prefix (the runtime mounts a local copy of the same bundle; the tiny pair
+that SageMaker copies the staged prefix (the runtime mounts a local copy of the same bundle; the random pair
 stands in for GPT-OSS-20B and its drafter),
 IAM's decisions (moto allows everything, and any role may be assumed from anywhere: that the accounts are
 kept apart here shows where each job acted, not that it could act nowhere else - tests/ci/test_ci_roles.py
@@ -39,10 +39,10 @@ import threading
 import time
 from pathlib import Path
 
-from harness import cdk
+from ops import cdk
 from harness.aws import server
 from harness.front_door import FrontDoor
-from harness.runtime import LocalRuntime
+from harness.runtime import LocalRuntime, on_this_cpu
 
 BIN = Path(__file__).resolve().parent / "bin"
 LOG_STREAM = "AllTraffic/i-rehearsal"
@@ -55,34 +55,35 @@ def log_group(endpoint: str, component: str | None) -> str:
 
 
 def local_runtime(root: Path, *, bundle: Path, pin: str) -> LocalRuntime:
-    """The runtime every stage's endpoint is served by, given the stages' speculative config and the weights
-    ``bundle`` at /opt/ml/model with its ``pin`` (its entrypoint verifies every file before vLLM starts); the
-    caller starts it once and stops it after the scenarios that use it."""
+    """The runtime every stage's endpoint is served by: the stages' own serving config as this CPU runs it
+    (harness.runtime.on_this_cpu: K, its schedule and the bundle's layout are the stages'; dtype, sizes and GPU
+    flags are this machine's), with the weights ``bundle`` at /opt/ml/model under its ``pin`` (the entrypoint
+    verifies every file before vLLM starts). The caller starts it once and stops it after the scenarios that
+    use it."""
     from peagle_constructs.weights import WeightsLayout
     from peagle_contract.bundle import MANIFEST_DIGEST_VAR
-    from peagle_contract.serving import SPECULATIVE_CONFIG_VAR, TARGET_MODEL_DIR, parse_speculative_config
+    from peagle_contract.serving import TARGET_MODEL_DIR, ServingConfig
     from stacks.environments import ENVIRONMENTS
 
-    asked = {}
+    asked: dict[tuple, tuple[ServingConfig, WeightsLayout, list[str]]] = {}
     for config in ENVIRONMENTS:
         layout = WeightsLayout.of(config.model.serving)
-        env = layout.environment(config.model.serving)
-        asked.setdefault((env[SPECULATIVE_CONFIG_VAR], layout.target_dir), []).append(config.name)
+        serving = on_this_cpu(config.model.serving, max_model_len=2048)
+        rendered = tuple(sorted(layout.environment(serving).items()))  # what the container would be told
+        asked.setdefault(rendered, (serving, layout, []))[2].append(config.name)
     if len(asked) != 1:
         raise RuntimeError("the stand-in SageMaker serves every stage with one runtime, but the stages ask for "
-                           + "; ".join(f"{', '.join(names)}: {spec} (target {target})" for (spec, target), names in asked.items()))
-    ((spec_json, target_dir),) = asked
-    spec = parse_speculative_config(spec_json)
-    for container_dir in (target_dir, spec["model"]):
+                           + "; ".join(f"{', '.join(names)}: {dict(rendered)}"
+                                       for rendered, (_, _, names) in asked.items()))
+    ((serving, layout, _),) = asked.values()
+    target_dir, drafter_dir = layout.target_dir, layout.drafter_dir
+    for container_dir in (target_dir, drafter_dir):
         # The bundle holds target/ and drafter/: what a stage's model names must be those folders of it.
         relative = Path(container_dir).relative_to(TARGET_MODEL_DIR)  # ValueError: not under the mount
         if not (bundle / relative).is_dir():
             raise RuntimeError(f"a stage's model names {container_dir}, which the weights bundle does not hold")
-    runtime = LocalRuntime(target=Path(target_dir), drafter=Path(spec["model"]), k=spec["num_speculative_tokens"],
-                           max_model_len=2048, name="rehearsal-runtime", log_dir=root, model_mount=bundle,
-                           extra_env={MANIFEST_DIGEST_VAR: pin})
-    assert runtime.speculative_config() == spec, (runtime.speculative_config(), spec)
-    return runtime
+    return LocalRuntime(target=Path(target_dir), drafter=Path(drafter_dir), serving=serving, name="rehearsal-runtime",
+                        log_dir=root, model_mount=bundle, extra_env={MANIFEST_DIGEST_VAR: pin})
 
 
 # Each stage's account in the rehearsal (none is moto's default, which a key it does not know acts in).

@@ -1,6 +1,6 @@
 """The weights the rehearsal's stages serve, staged and pinned as a user does it (README: "Deploy to your account").
 
-The tiny pair stands in for GPT-OSS-20B and its drafter. :func:`local_bundle` lays it out as a bundle (the
+The random pair stands in for GPT-OSS-20B and its drafter. :func:`local_bundle` lays it out as a bundle (the
 manifest the stager renders, beside ``target/`` and ``drafter/``); its digest is pinned on the seeded main for every
 stage (:func:`pin_edit`: the commit a team makes after `make stage-weights`), so the promotion's real-account synth
 finds Staging and Prod pinned. :func:`stage` puts the same bundle into each stage account's own bucket with the real
@@ -16,24 +16,24 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from harness.stage_weights import Source, manifest_of, plan, stage as stage_bundle
+from ops.stage_weights import Source, manifest_of, plan, stage as stage_bundle
 
 ENVIRONMENTS_PY = Path("stacks") / "environments.py"
 UNPINNED = 'PINNED_BUNDLES: dict[str, str | None] = {"dev": None, "staging": None, "prod": None}'
 
 
 def sources() -> tuple[Source, Source]:
-    """The tiny pair as the stager's sources, named by role rather than by path: the digest is then the same on
+    """The random pair as the stager's sources, named by role rather than by path: the digest is then the same on
     every machine (the manifest records each source's name)."""
-    from models import tiny
+    from models import random_pair
 
-    pair = tiny.build()
-    return (Source(folder=pair.target, origin="models.tiny target", revision=None),
-            Source(folder=pair.drafter, origin="models.tiny drafter", revision=None))
+    pair = random_pair.build()
+    return (Source(folder=pair.target, origin="models.random_pair target", revision=None),
+            Source(folder=pair.drafter, origin="models.random_pair drafter", revision=None))
 
 
 def local_bundle(folder: Path) -> str:
-    """Write the tiny pair into ``folder`` as the stager lays out a bundle; return its digest (the pin)."""
+    """Write the random pair into ``folder`` as the stager lays out a bundle; return its digest (the pin)."""
     from peagle_contract.bundle import MANIFEST_NAME, digest
 
     target, drafter = sources()
@@ -60,7 +60,7 @@ def pin_edit(pin: str):  # noqa: ANN201 - an edit for Scratch.commit
 
 
 def stage(aws, pin: str, *, log=lambda line: None) -> dict[str, str]:  # noqa: ANN001 - EmbeddedAccounts
-    """Stage the tiny pair into each stage's bucket, in that stage's account, with the real stager; the bundle
+    """Stage the random pair into each stage's bucket, in that stage's account, with the real stager; the bundle
     URI by stage. Raises unless the stager arrives at ``pin``."""
     from peagle_constructs.weights import S3Prefix
     from stacks.environments import BUNDLE_PREFIXES

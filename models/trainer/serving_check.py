@@ -53,7 +53,7 @@ def _measure_one(target: Path, config: dict, prompts: Sequence[list[int]], *, ma
 def _child(request_path: str, out_path: str) -> int:
     from vllm import LLM, SamplingParams
 
-    from harness import spec_metrics
+    from models import spec_metrics
 
     request = json.loads(Path(request_path).read_text())
     from models.cpu_engine import exact_engine_kwargs

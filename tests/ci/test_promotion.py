@@ -1,4 +1,4 @@
-"""What the promotion reads from the assembly it deploys (harness.promotion): where each stage deploys - its
+"""What the promotion reads from the assembly it deploys (ops.promotion): where each stage deploys - its
 account and region from the manifest, and the deploy role there as stacks/ci_roles.py names it - and each
 template's digest as deployed and as reviewed. The last is judged on the real app: synthesized for review and
 synthesized for three accounts with a revision, the "as reviewed" digest of each real template equals the
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import cdk, promotion
+from ops import cdk
+from ops import promotion
 
 ACCOUNTS = {"Dev": "210000000001", "Staging": "210000000002", "Prod": "210000000003"}
 

@@ -175,7 +175,7 @@ def test_the_promotion_deploys_one_assembly_through_the_stages_in_order():
         assert f'-c account.{name}="${name.upper()}_ACCOUNT"' in synth_runs
         assert synth_env[f"{name.upper()}_ACCOUNT"] == f"${{{{ vars.{name.upper()}_ACCOUNT_ID }}}}"
     assert '-c region="$REGION"' in synth_runs and synth_env["REGION"] == "${{ vars.AWS_REGION }}"
-    assert "harness.promotion digests" in synth_runs and "GITHUB_STEP_SUMMARY" in synth_runs
+    assert "ops.promotion digests" in synth_runs and "GITHUB_STEP_SUMMARY" in synth_runs
     assert jobs["synth"]["needs"] == "main-only"
     assert any(step.get("with", {}).get("name") == "cloud-assembly" for step in jobs["synth"]["steps"])
     order = [("dev", "synth", "Dev"), ("staging", "dev", "Staging"), ("prod", "staging", "Prod")]
@@ -187,13 +187,13 @@ def test_the_promotion_deploys_one_assembly_through_the_stages_in_order():
     assert deploy["environment"] == "${{ inputs.environment }}"  # the environment's reviewers gate it
     runs = "\n".join(step.get("run", "") for step in deploy["steps"])
     assert "cdk deploy --app cdk.out" in runs and "cdk synth" not in runs  # the same build, not a new one
-    assert "harness.smoke" in runs and "--target aws" in runs
+    assert "ops.smoke" in runs and "--target aws" in runs
     creds = [step for step in deploy["steps"] if "configure-aws-credentials" in step.get("uses", "")]
-    # The role and region of the account the assembly names for this stage (harness.promotion target).
+    # The role and region of the account the assembly names for this stage (ops.promotion target).
     assert creds and creds[0]["with"] == {"role-to-assume": "${{ steps.target.outputs.role-arn }}",
                                           "aws-region": "${{ steps.target.outputs.region }}"}
     (target,) = [step for step in deploy["steps"] if step.get("id") == "target"]
-    assert "harness.promotion target --assembly cdk.out" in target["run"]
+    assert "ops.promotion target --assembly cdk.out" in target["run"]
     assert not any("aws-access-key-id" in step.get("with", {}) for step in deploy["steps"])  # OIDC only
     download = [step for step in deploy["steps"] if "download-artifact" in step.get("uses", "")]
     assert download and download[0]["with"]["name"] == "cloud-assembly"

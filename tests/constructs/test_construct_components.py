@@ -276,3 +276,15 @@ def test_every_catalogued_size_knows_its_vcpus_and_memory():
         for size, gpus in spec.gpus_by_size.items():
             vcpus, memory_gib = spec.host_by_size[size]
             assert vcpus >= 4 * gpus and memory_gib >= 16, (family, size)  # every GPU size has 4+ vCPUs per GPU
+
+
+def test_the_component_name_clients_send_is_an_output_only_on_request(stack, fleet, serving, image):
+    """Clients must send InferenceComponentName; the name is an attribute, and a stack output when asked for
+    (none by default, so no existing stack's template changes)."""
+    asked = fleet.add_component("Chat", model=ModelProps(serving=serving), image=image)
+    fleet.add_component("Code", model=ModelProps(serving=serving), image=image)
+    assert asked.component_name == asked.inference_component_name == f"{NAME}-chat"
+    asked.add_name_output(export_name="FleetChatComponent")
+    (output,) = Template.from_stack(stack).to_json()["Outputs"].values()
+    assert output["Value"] == f"{NAME}-chat" and output["Export"] == {"Name": "FleetChatComponent"}
+    assert "InferenceComponentName" in output["Description"] and NAME in output["Description"]

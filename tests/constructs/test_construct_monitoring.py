@@ -171,3 +171,40 @@ def test_alarm_thresholds_are_checked_where_they_are_given(stack, serving, image
     with pytest.raises(ConfigError, match=r"^alarm_thresholds.ttft_p90_ms: got 0; allowed: a positive number"):
         PEagleEndpoint(stack, "Serving", image=image, fleet=FleetProps(instance_type="ml.g6e.xlarge"),
                        model=ModelProps(serving=serving, alarm_thresholds=AlarmThresholds(ttft_p90_ms=0)))
+
+
+def test_monitoring_alone_is_built_from_the_endpoints_props(stack, serving):
+    """Usable without the composite, for an endpoint deployed some other way: the props say everything."""
+    from aws_cdk import aws_logs as logs
+
+    from peagle_constructs import DetailedObservability, EndpointMonitoring
+
+    monitoring = EndpointMonitoring(
+        stack, "Monitoring", endpoint_name="team-llm",
+        model=ModelProps(serving=serving, alarm_thresholds=AlarmThresholds(ttft_p90_ms=1500)),
+        fleet=FleetProps(instance_type="ml.g6e.xlarge", log_retention=logs.RetentionDays.ONE_MONTH,
+                         detailed_observability=DetailedObservability(enabled=False)))
+    template = Template.from_stack(stack)
+    _, group = one(template, "AWS::Logs::LogGroup")
+    assert group["Properties"]["LogGroupName"] == "/aws/sagemaker/Endpoints/team-llm"
+    assert group["Properties"]["RetentionInDays"] == 30
+    alarms = {a["Properties"]["AlarmName"]: a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()}
+    # Detailed observability off: no PromQL alarm reads what would not be published.
+    assert set(alarms) == {f"team-llm-{n}" for n in ROLLBACK | NOTIFY_ONLY if not n.startswith("Vllm")}
+    assert alarms["team-llm-TimeToFirstTokenP90"]["Threshold"] == 1500
+    assert {a.node.id for a in monitoring.rollback_alarms} == ROLLBACK
+    assert "1 + 5 * accepted / drafted" in monitoring.metric_acceptance_length().expression  # K from the serving config
+
+
+@pytest.mark.parametrize(("props", "field"), [
+    ({"model": "serving"}, "model"),
+    ({"model": ModelProps(serving="not a config")}, "model.serving"),
+    ({"fleet": "ml.g6e.xlarge"}, "fleet"),
+])
+def test_monitoring_props_name_the_field(stack, serving, props, field):
+    from peagle_constructs import EndpointMonitoring
+
+    given = {"model": ModelProps(serving=serving), "fleet": FleetProps(instance_type="ml.g6e.xlarge"), **props}
+    with pytest.raises(ConfigError) as caught:
+        EndpointMonitoring(stack, "Monitoring", endpoint_name="team-llm", **given)
+    assert caught.value.field_name == field and "allowed" in str(caught.value)

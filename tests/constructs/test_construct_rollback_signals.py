@@ -12,7 +12,7 @@ from aws_cdk import App, Duration, Environment, Stack
 from aws_cdk.assertions import Template
 
 from peagle_constructs import ConfigError, DeploymentPolicy, FleetProps, ModelProps, PEagleEndpoint
-from peagle_constructs.monitoring import PAGE_ONLY_SIGNALS, ROLLBACK_SIGNALS
+from peagle_constructs.rollback_signals import PAGE_ONLY_SIGNALS, ROLLBACK_SIGNALS
 from review.stack_diff import FAIL, classify
 
 CLIENT_MOVABLE = {"TimeToFirstTokenP90", "InvocationModelErrorRate", "AcceptanceRate"}

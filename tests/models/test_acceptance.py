@@ -1,19 +1,17 @@
 """bench/acceptance.py: acceptance per draft position read per prompt from vLLM's counters, pooled, and
 bootstrapped over prompts (paired between heads); the HumanEval set holds the end-to-end run's problems; and
-on a real engine (the tiny pair) the per-prompt counters add up to what one run over every prompt counts."""
+on a real engine (the random pair) the per-prompt counters add up to what one run over every prompt counts."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.models.bench_modules import load
+from bench import acceptance, prompt_sets, spec_rounds
 
 
 @pytest.fixture(scope="module")
 def acc():
-    return load("acceptance")
+    return acceptance
 
 
 def _row(drafts: int, *accepted: int) -> dict:
@@ -53,7 +51,7 @@ def test_the_goal_is_the_interval_lower_bound(acc):
 
 
 def test_the_humaneval_set_holds_the_end_to_end_problems_where_it_says(acc):
-    spread = load("prompt_sets").spread
+    spread = prompt_sets.spread
     picked, positions = acc.humaneval_indexes(16)
     assert [picked[i] for i in positions] == spread(164, 16)
     assert picked == sorted(set(picked)) and set(spread(164, 48)) <= set(picked)
@@ -62,19 +60,18 @@ def test_the_humaneval_set_holds_the_end_to_end_problems_where_it_says(acc):
 
 @pytest.mark.engine
 def test_per_prompt_counters_add_up_to_one_run_over_every_prompt(acc, tmp_path):
-    from models import tiny
+    from models import random_pair
 
-    pair = tiny.build()
+    pair = random_pair.build()
     prompts = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16]]
     measured = acc.measure(pair, {"set": prompts}, max_tokens=12, workdir=tmp_path, warmup=[5, 6], k=3,
                            max_model_len=512)
     rows = measured["p-eagle"]["set"]
     assert len(rows) == 3 and all(r["drafts"] > 0 and r["output_tokens"] == 12 for r in rows)
     # The same engine settings over all prompts at once count what the per-prompt readings add up to.
-    spec_rounds = load("spec_rounds")
     config = {"name": "whole", "target": str(pair.target), "warmup_prompt": [5, 6], "max_tokens": 12,
               "max_model_len": 512, "max_num_seqs": 1, "speculative_config": pair.speculative_config(k=3)}
-    workers = spec_rounds.start_workers([config], tmp_path / "whole", script=Path(acc.__file__))
+    workers = spec_rounds.start_workers([config], tmp_path / "whole")
     try:
         whole = acc.counts(workers["whole"].run(prompts, concurrency=1), 3)
     finally:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.models.bench_modules import load
+from bench import cost_model
 
 
 @pytest.fixture(scope="module")
 def model():
-    return load("cost_model")
+    return cost_model
 
 
 def _config(method: str, k: int, c: int, step_ms: float, tokens_per_step: float) -> dict:

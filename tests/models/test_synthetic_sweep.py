@@ -1,17 +1,17 @@
 """bench/synthetic_sweep.py's arithmetic: the drafting cost's slope in K per method, pooled over acceptance
-profiles, and the goals read from it (the engines themselves are exercised by `python bench/synthetic_sweep.py
+profiles, and the goals read from it (the engines themselves are exercised by `python -m bench.synthetic_sweep
 --pair toy`; tests/models/test_synthetic_sampler.py runs synthetic acceptance on a real engine)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.models.bench_modules import load
+from bench import synthetic_sampler, synthetic_sweep
 
 
 @pytest.fixture(scope="module")
 def sweep():
-    return load("synthetic_sweep")
+    return synthetic_sweep
 
 
 def _summary(method: str, k: int, profile: str, all_in: float, hooked: float) -> dict:
@@ -42,7 +42,7 @@ def test_costs_pool_the_profiles_and_the_goal_compares_the_slopes(sweep):
 
 
 def test_the_profiles_are_vllms_unconditional_rates():
-    rates = load("synthetic_sampler").profile_rates
+    rates = synthetic_sampler.profile_rates
     assert rates("zero", 3) == [0.0, 0.0, 0.0] and rates("one", 2) == [1.0, 1.0]
     assert rates("gpu-like", 4) == pytest.approx([0.7, 0.56, 0.448, 0.3584])
     with pytest.raises(ValueError, match="allowed: zero, one, gpu-like"):

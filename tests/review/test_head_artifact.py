@@ -111,7 +111,7 @@ def test_a_packed_assembly_travels_byte_for_byte(tmp_path):
         original = (assembly / f"assembly-{stage}" / f"{stage}PEagle1234.template.json").read_bytes()
         assert (into / f"{stage}-PEagle.template.json").read_bytes() == original
     # The CLI's assembly is written from the checked templates only, with the version the caller trusts.
-    from harness import cdk
+    from ops import cdk
 
     out = head_artifact.write_assembly(into, tmp_path / "cli", version="55.0.0")
     listed = {s.display_name: s for s in cdk.list_stacks(out)}

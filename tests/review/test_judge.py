@@ -17,7 +17,7 @@ import pytest
 from harness.rehearsal.github_api import GitHubApi
 from review import judge, pr_comment
 from review.github import GitHub
-from review.stack_diff import FAIL, PASS, Finding, StackReview
+from review.verdicts import FAIL, PASS, Finding, StackReview
 
 REPO = "example-org/peagle-serving"
 HEAD, OTHER = "a" * 40, "b" * 40

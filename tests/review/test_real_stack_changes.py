@@ -16,8 +16,8 @@ import pytest
 from aws_cdk import App
 from aws_cdk.assertions import Template
 
-from review import pr_comment, stack_diff
-from review.stack_diff import ENDPOINT, ENDPOINT_CONFIG, FAIL, INFERENCE_COMPONENT, MODEL, PASS, StackReview
+from review import pr_comment, synthesis, verdicts
+from review.verdicts import ENDPOINT, ENDPOINT_CONFIG, FAIL, INFERENCE_COMPONENT, MODEL, PASS, StackReview
 from stacks.application import OFFLINE, build_app
 from stacks.environments import DEV, STAGING, EnvironmentConfig
 from peagle_constructs import AlarmThresholds
@@ -88,16 +88,16 @@ COMPONENT_CHANGES = {
 def reviews(base) -> dict[str, StackReview]:
     out = {}
     for name, change in CHANGES.items():
-        findings = stack_diff.classify(base, _template(change()))
+        findings = verdicts.classify(base, _template(change()))
         out[name] = StackReview(display_name="Staging/PEagle", stack_name="Staging-PEagle", findings=findings)
     dev = _template(DEV)
     for name, change in COMPONENT_CHANGES.items():
-        findings = stack_diff.classify(dev, _template(change()))
+        findings = verdicts.classify(dev, _template(change()))
         out[name] = StackReview(display_name="Dev/PEagle", stack_name="Dev-PEagle", findings=findings)
     return out
 
 
-def _by_type(review: StackReview, rtype: str) -> list[stack_diff.Finding]:
+def _by_type(review: StackReview, rtype: str) -> list[verdicts.Finding]:
     return [f for f in review.findings if f.type == rtype]
 
 
@@ -147,14 +147,14 @@ def test_a_change_of_prods_capacity_ladder_is_judged_as_an_instance_type_change(
     longer = replace(PROD, fleet=replace(PROD.fleet, fallback_instances=(
         *PROD.fleet.fallback_instances, InstancePool(instance_type="ml.p5e.48xlarge"))))
     for changed in (reordered, longer):
-        findings = stack_diff.classify(base, _template(changed))
+        findings = verdicts.classify(base, _template(changed))
         (ladder,) = [f for f in findings if f.change.startswith("instance type")]
         assert ladder.verdict == FAIL and ladder.advice and " > " in ladder.change, ladder
-    (added,) = [f for f in stack_diff.classify(_template(no_ladder), base) if f.change.startswith("instance type")]
+    (added,) = [f for f in verdicts.classify(_template(no_ladder), base) if f.change.startswith("instance type")]
     assert added.change == ("instance type ml.g6e.2xlarge -> ml.g6e.2xlarge > ml.g6e.4xlarge > ml.g7e.2xlarge > "
                             "ml.p5.4xlarge") and added.verdict == FAIL
     same = replace(PROD, model=replace(PROD.model, serving=replace(PROD.model.serving, num_speculative_tokens=5)))
-    assert not [f for f in stack_diff.classify(base, _template(same)) if f.change.startswith("instance type")]
+    assert not [f for f in verdicts.classify(base, _template(same)) if f.change.startswith("instance type")]
 
 
 def test_a_renamed_endpoint_is_a_removal_plus_an_addition_that_is_a_replacement(reviews):
@@ -189,7 +189,7 @@ def test_the_security_diff_is_the_cdk_clis_own(base, tmp_path):
     _template(CHANGES["weights-bundle"](), head_dir)
     base_file = tmp_path / "base.template.json"
     base_file.write_text(json.dumps(base))
-    text = stack_diff.security_diff(Path.cwd(), head_dir, base_file, "Staging/PEagle")
+    text = synthesis.security_diff(Path.cwd(), head_dir, base_file, "Staging/PEagle")
     assert text.startswith("IAM") and "gpt-oss-20b-v2" in text and "s3:GetObject" in text
 
 
@@ -272,5 +272,5 @@ def test_the_cli_diff_in_the_comment_ends_where_the_diff_ends():
     cli = ("Stack Prod/PEagle (Prod-PEagle)\nResources\n[~] AWS::SageMaker::Model PEagle/Serving/Model replace\n\n\n"
            "jsii-kernel-ab12/lib/program.js:1:5591\nWARNING synthesized offline with the placeholder account\n"
            "   Prod/PEagle\n   Acknowledge with 'Annotation::peagle:offline-account'\n\n✨  Number of stacks with differences: 1")
-    assert stack_diff._diff_only("some preamble\n" + cli) == (
+    assert synthesis._diff_only("some preamble\n" + cli) == (
         "Stack Prod/PEagle (Prod-PEagle)\nResources\n[~] AWS::SageMaker::Model PEagle/Serving/Model replace")

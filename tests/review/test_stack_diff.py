@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from review import stack_diff
-from harness import cdk
+from review import stack_diff, verdicts
+from ops import cdk
 
 SCENARIO_APP = Path(__file__).parent / "scenario_app"
 STACKS = ["Dev/PEagle", "Prod/PEagle"]
@@ -50,12 +50,12 @@ def _scenario(ctx: dict, message: str, **changes) -> Path:
     return repo
 
 
-def _run(ctx: dict) -> tuple[str, list[stack_diff.StackReview]]:
+def _run(ctx: dict) -> tuple[str, list[verdicts.StackReview]]:
     return stack_diff.run(repo=ctx["repo"], base_ref=ctx["base"], cache_dir=ctx["cache"], context={})
 
 
-def _by_id(review: stack_diff.StackReview) -> dict[str, list[stack_diff.Finding]]:
-    out: dict[str, list[stack_diff.Finding]] = {}
+def _by_id(review: verdicts.StackReview) -> dict[str, list[verdicts.Finding]]:
+    out: dict[str, list[verdicts.Finding]] = {}
     for f in review.findings:
         out.setdefault(f.logical_id, []).append(f)
     return out
@@ -67,13 +67,13 @@ def test_changing_k_replaces_model_and_config_and_updates_endpoint_in_place(scen
     markdown, reviews = _run(scenario_repo)
     assert [r.display_name for r in reviews] == STACKS
     for r in reviews:
-        assert r.verdict == stack_diff.PASS, markdown
+        assert r.verdict == verdicts.PASS, markdown
         found = _by_id(r)
-        assert [(f.change, f.verdict) for f in found["Model"]] == [("replaced", stack_diff.PASS)]
-        assert [(f.change, f.verdict) for f in found["EndpointConfig"]] == [("replaced", stack_diff.PASS)]
+        assert [(f.change, f.verdict) for f in found["Model"]] == [("replaced", verdicts.PASS)]
+        assert [(f.change, f.verdict) for f in found["EndpointConfig"]] == [("replaced", verdicts.PASS)]
         assert "via replaced Model" in found["EndpointConfig"][0].why
         # The endpoint follows the new config by an in-place (blue/green) update, never a replacement.
-        assert [(f.change, f.verdict) for f in found["Endpoint"]] == [("updated", stack_diff.PASS)]
+        assert [(f.change, f.verdict) for f in found["Endpoint"]] == [("updated", verdicts.PASS)]
         assert "EndpointConfigName" in found["Endpoint"][0].why
         # The CLI's rendering is there for humans and agrees: the Model needs replacement.
         assert "AWS::SageMaker::Model" in r.cli_diff and "replace" in r.cli_diff.lower()
@@ -86,10 +86,10 @@ def test_renaming_the_endpoint_construct_replaces_it_and_fails(scenario_repo: di
     _scenario(scenario_repo, "rename endpoint construct", endpoint_id="ServingEndpoint")
     markdown, reviews = _run(scenario_repo)
     for r in reviews:
-        assert r.verdict == stack_diff.FAIL, markdown
+        assert r.verdict == verdicts.FAIL, markdown
         found = _by_id(r)
         (removed,) = found["Endpoint"]
-        assert (removed.change, removed.verdict) == ("removed", stack_diff.FAIL)
+        assert (removed.change, removed.verdict) == ("removed", verdicts.FAIL)
         assert "ServingEndpoint" in removed.why and "downtime" in removed.why
         assert 'override_logical_id("Endpoint")' in removed.advice
     assert "need a different rollout" in markdown and "How to roll out `Endpoint`" in markdown
@@ -114,45 +114,45 @@ def test_changing_instance_type_under_autoscaling_fails_with_two_step_advice(sce
 
 def _template(instance_type: str, *, scaled: bool) -> dict:
     resources = {
-        "Config": {"Type": stack_diff.ENDPOINT_CONFIG, "Properties": {"ProductionVariants": [
+        "Config": {"Type": verdicts.ENDPOINT_CONFIG, "Properties": {"ProductionVariants": [
             {"VariantName": "AllTraffic", "InstanceType": instance_type, "ModelName": "m"}]}},
-        "Endpoint": {"Type": stack_diff.ENDPOINT, "Properties": {
+        "Endpoint": {"Type": verdicts.ENDPOINT, "Properties": {
             "EndpointName": "peagle-dev", "EndpointConfigName": {"Fn::GetAtt": ["Config", "EndpointConfigName"]}}},
     }
     if scaled:  # the literal-name form of the target id (no reference to the endpoint resource)
-        resources["Target"] = {"Type": stack_diff.SCALABLE_TARGET, "Properties": {
+        resources["Target"] = {"Type": verdicts.SCALABLE_TARGET, "Properties": {
             "ServiceNamespace": "sagemaker", "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
             "ResourceId": "endpoint/peagle-dev/variant/AllTraffic", "MinCapacity": 1, "MaxCapacity": 2}}
     return {"Resources": resources}
 
 
 def test_instance_type_change_without_autoscaling_passes() -> None:
-    findings = stack_diff.classify(_template("ml.g6.2xlarge", scaled=False), _template("ml.g6.12xlarge", scaled=False))
-    assert [f.verdict for f in findings if f.change.startswith("instance type")] == [stack_diff.PASS]
-    assert all(f.verdict != stack_diff.FAIL for f in findings)
+    findings = verdicts.classify(_template("ml.g6.2xlarge", scaled=False), _template("ml.g6.12xlarge", scaled=False))
+    assert [f.verdict for f in findings if f.change.startswith("instance type")] == [verdicts.PASS]
+    assert all(f.verdict != verdicts.FAIL for f in findings)
 
 
 def test_instance_type_change_with_a_literal_target_id_fails() -> None:
-    findings = stack_diff.classify(_template("ml.g6.2xlarge", scaled=True), _template("ml.g6.12xlarge", scaled=True))
-    (fail,) = [f for f in findings if f.verdict == stack_diff.FAIL]
+    findings = verdicts.classify(_template("ml.g6.2xlarge", scaled=True), _template("ml.g6.12xlarge", scaled=True))
+    (fail,) = [f for f in findings if f.verdict == verdicts.FAIL]
     assert fail.change == "instance type ml.g6.2xlarge -> ml.g6.12xlarge" and "Target" in fail.why
 
 
 def test_endpoint_name_change_is_a_replacement() -> None:
     base, head = _template("ml.g6.2xlarge", scaled=False), _template("ml.g6.2xlarge", scaled=False)
     head["Resources"]["Endpoint"]["Properties"]["EndpointName"] = "peagle-dev-2"
-    (endpoint,) = [f for f in stack_diff.classify(base, head) if f.logical_id == "Endpoint"]
-    assert (endpoint.change, endpoint.verdict) == ("replaced", stack_diff.FAIL)
+    (endpoint,) = [f for f in verdicts.classify(base, head) if f.logical_id == "Endpoint"]
+    assert (endpoint.change, endpoint.verdict) == ("replaced", verdicts.FAIL)
     assert "EndpointName changed" in endpoint.why
 
 
 def test_removed_inference_component_fails() -> None:
     base = _template("ml.g6.2xlarge", scaled=False)
-    base["Resources"]["Component"] = {"Type": stack_diff.INFERENCE_COMPONENT, "Properties": {
+    base["Resources"]["Component"] = {"Type": verdicts.INFERENCE_COMPONENT, "Properties": {
         "EndpointName": "peagle-dev", "Specification": {"ModelName": "m"}}}
-    (component,) = [f for f in stack_diff.classify(base, _template("ml.g6.2xlarge", scaled=False))
+    (component,) = [f for f in verdicts.classify(base, _template("ml.g6.2xlarge", scaled=False))
                     if f.logical_id == "Component"]
-    assert component.verdict == stack_diff.FAIL and "model copies" in component.advice
+    assert component.verdict == verdicts.FAIL and "model copies" in component.advice
 
 
 def _registry_schema(type_name: str) -> dict:
@@ -174,19 +174,19 @@ UNJUDGED = {"AWS::KMS::Key"}
 
 
 def test_only_the_known_types_lack_a_registry_judge():
-    lacking = {t for t in stack_diff.REPLACEMENT_PROPERTIES if not _create_only(t)} - {stack_diff.INFERENCE_COMPONENT}
+    lacking = {t for t in verdicts.REPLACEMENT_PROPERTIES if not _create_only(t)} - {verdicts.INFERENCE_COMPONENT}
     assert lacking == UNJUDGED
 
 
-@pytest.mark.parametrize("type_name", sorted(set(stack_diff.REPLACEMENT_PROPERTIES) - UNJUDGED))
+@pytest.mark.parametrize("type_name", sorted(set(verdicts.REPLACEMENT_PROPERTIES) - UNJUDGED))
 def test_replacement_properties_are_cloudformations_create_only_properties(type_name):
     schema = _registry_schema(type_name)
     create_only = _create_only(type_name)
-    ours = stack_diff.REPLACEMENT_PROPERTIES[type_name]
+    ours = verdicts.REPLACEMENT_PROPERTIES[type_name]
     if ours == "*":  # every property but tags, as the schema says for each writable property
         writable = set(schema["properties"]) - {p.split("/")[2] for p in schema.get("readOnlyProperties", [])}
         assert writable - {"Tags"} <= create_only | {"Tags"}, sorted(writable - create_only)
-    elif type_name == stack_diff.INFERENCE_COMPONENT:
+    elif type_name == verdicts.INFERENCE_COMPONENT:
         # The schema names none; the API judges instead: none of these can be changed by an update.
         import botocore.session
 

@@ -1,4 +1,4 @@
-"""Fixtures for the serving-runtime tests: engines on the tiny pair, started once per session."""
+"""Fixtures for the serving-runtime tests: engines on the random pair, started once per session."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import pytest
 
 from runtime_server import FIGURES, READY_TIMES, RuntimeServer
 
+from harness.runtime import local_serving
+
 
 @pytest.fixture(scope="session")
-def server(tiny_pair, tmp_path_factory):
-    """The P-EAGLE server on the tiny pair (our entrypoint, K=4): the serving path, fast."""
-    srv = RuntimeServer(target=tiny_pair.target, drafter=tiny_pair.drafter, k=4,
+def server(untrained, tmp_path_factory):
+    """The P-EAGLE server on the random pair (our entrypoint, K=4): the serving path, fast."""
+    srv = RuntimeServer(target=untrained.target, drafter=untrained.drafter, serving=local_serving(num_speculative_tokens=4),
                         log_dir=tmp_path_factory.mktemp("engines"), name="peagle-k4", count_drafter_calls=True,
                         nice=10)
     try:
@@ -35,7 +37,8 @@ def demo_engines(tmp_path_factory):
     pair = toy_pair.existing_pair()
     assert pair is not None
     logs = tmp_path_factory.mktemp("demo-engines")
-    spec = RuntimeServer(target=pair.target, drafter=pair.drafter, k=4, log_dir=logs, name="demo-peagle-k4")
+    spec = RuntimeServer(target=pair.target, drafter=pair.drafter, serving=local_serving(num_speculative_tokens=4),
+                         log_dir=logs, name="demo-peagle-k4")
     base = RuntimeServer(target=pair.target, drafter=None, log_dir=logs, name="demo-baseline")
     try:
         spec.start()

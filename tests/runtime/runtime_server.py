@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.runtime import LocalRuntime
+from peagle_contract.serving import ServingConfig
+
+from harness.runtime import LocalRuntime, local_serving
 
 HOOKS_DIR = Path(__file__).resolve().parent / "hooks"
 # name -> seconds from start to the first healthy /ping, for the end-of-run summary.
@@ -22,7 +24,7 @@ class RuntimeServer(LocalRuntime):
     """``count_drafter_calls``: every forward pass of vLLM's EAGLE-3 drafter appends a byte to a file
     (hooks/sitecustomize.py), so a test reads the number of drafter passes as that file's size."""
 
-    max_model_len: int = 512
+    serving: ServingConfig = field(default_factory=lambda: local_serving(max_model_len=512))
     count_drafter_calls: bool = False
     # CPU niceness of the server's processes once ready (0: as started). A client measuring latency on the
     # same 2 cores needs the engine to yield to it, as it would on another machine.

@@ -35,11 +35,11 @@ def _hostile_bundle(tmp_path: Path) -> tuple[Path, Path]:
     return bundle, marker
 
 
-def _entrypoint_env(tiny_pair, bundle: Path) -> dict[str, str]:
+def _entrypoint_env(untrained, bundle: Path) -> dict[str, str]:
     """What build_command hands vLLM for an unpinned Dev stage whose bundle is ``bundle``."""
     cfg = ServingConfig(target_model="s3://bucket/models/target/", drafter_model="s3://bucket/models/drafter/",
                         num_speculative_tokens=4)
-    env = cfg.to_environment(target_dir=str(tiny_pair.target), drafter_dir=str(tiny_pair.drafter))
+    env = cfg.to_environment(target_dir=str(untrained.target), drafter_dir=str(untrained.drafter))
     _, child_env = build_command(env, model_dir=bundle)
     return child_env
 
@@ -61,9 +61,9 @@ def test_the_loaders_variables_are_the_ones_the_package_reads():
     assert not entrypoint.NO_CUSTOM_CODE_DIR.startswith(TARGET_MODEL_DIR)
 
 
-def test_a_bundles_model_py_is_never_imported_by_the_routers_loader(tiny_pair, tmp_path):
+def test_a_bundles_model_py_is_never_imported_by_the_routers_loader(untrained, tmp_path):
     bundle, marker = _hostile_bundle(tmp_path)
-    env = _entrypoint_env(tiny_pair, bundle)
+    env = _entrypoint_env(untrained, bundle)
     _start_loader(STANDARDS_BOOTSTRAP, env, cwd=bundle)
     assert not marker.exists()
 
@@ -73,12 +73,12 @@ def test_a_bundles_model_py_is_never_imported_by_the_routers_loader(tiny_pair, t
     assert marker.read_text() == "bundle code ran"
 
 
-def test_an_operators_loader_variables_are_overridden(tiny_pair, tmp_path):
+def test_an_operators_loader_variables_are_overridden(untrained, tmp_path):
     """A model environment naming the bundle as the loader's path (or another script) does not reach vLLM."""
     bundle, marker = _hostile_bundle(tmp_path)
     cfg = ServingConfig(target_model="s3://bucket/models/target/", drafter_model="s3://bucket/models/drafter/",
                         num_speculative_tokens=4)
-    env = {**cfg.to_environment(target_dir=str(tiny_pair.target), drafter_dir=str(tiny_pair.drafter)),
+    env = {**cfg.to_environment(target_dir=str(untrained.target), drafter_dir=str(untrained.drafter)),
            entrypoint.LOADER_PATH_VAR: f"{bundle}/", entrypoint.LOADER_SCRIPT_VAR: "model.py"}
     _, child_env = build_command(env, model_dir=bundle)
     _start_loader(STANDARDS_BOOTSTRAP, child_env, cwd=tmp_path)
@@ -86,9 +86,9 @@ def test_an_operators_loader_variables_are_overridden(tiny_pair, tmp_path):
 
 
 @pytest.mark.slow
-def test_vllms_own_bootstrap_with_the_entrypoints_environment_imports_nothing(tiny_pair, tmp_path):
+def test_vllms_own_bootstrap_with_the_entrypoints_environment_imports_nothing(untrained, tmp_path):
     bundle, marker = _hostile_bundle(tmp_path)
-    _start_loader(VLLM_BOOTSTRAP, _entrypoint_env(tiny_pair, bundle), cwd=bundle)
+    _start_loader(VLLM_BOOTSTRAP, _entrypoint_env(untrained, bundle), cwd=bundle)
     assert not marker.exists()
 
 

@@ -34,9 +34,9 @@ def _parse(parser, cmd: list[str]):
     return args
 
 
-def _env_for(tiny_pair, **kw) -> dict[str, str]:
+def _env_for(untrained, **kw) -> dict[str, str]:
     cfg = ServingConfig(target_model="s3://bucket/models/target/", drafter_model="s3://bucket/models/drafter/", **kw)
-    return cfg.to_environment(target_dir=str(tiny_pair.target), drafter_dir=str(tiny_pair.drafter))
+    return cfg.to_environment(target_dir=str(untrained.target), drafter_dir=str(untrained.drafter))
 
 
 CONFIGS = [
@@ -50,17 +50,17 @@ CONFIGS = [
 
 
 @pytest.mark.parametrize("kw", CONFIGS, ids=["defaults", "tp2-bf16", "k32-extras", "flags-off"])
-def test_round_trip_through_vllm_parser(vllm_parser, tiny_pair, kw):
+def test_round_trip_through_vllm_parser(vllm_parser, untrained, kw):
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     cfg = ServingConfig(target_model="s3://bucket/models/target/", drafter_model="s3://bucket/models/drafter/", **kw)
-    env = cfg.to_environment(target_dir=str(tiny_pair.target), drafter_dir=str(tiny_pair.drafter))
+    env = cfg.to_environment(target_dir=str(untrained.target), drafter_dir=str(untrained.drafter))
     cmd, child_env = build_command(env)
     args = _parse(vllm_parser, cmd)
     engine = AsyncEngineArgs.from_cli_args(args)
 
-    assert engine.model == str(tiny_pair.target)
-    expected_spec = cfg.speculative_config(drafter_dir=str(tiny_pair.drafter))
+    assert engine.model == str(untrained.target)
+    expected_spec = cfg.speculative_config(drafter_dir=str(untrained.drafter))
     assert engine.speculative_config == expected_spec
     assert engine.tensor_parallel_size == cfg.tensor_parallel_size
     assert engine.max_model_len == cfg.max_model_len
@@ -79,11 +79,11 @@ def test_round_trip_through_vllm_parser(vllm_parser, tiny_pair, kw):
     assert child_env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
 
 
-def test_a_flag_vllm_turns_on_by_default_is_off_when_the_config_says_false(vllm_parser, tiny_pair):
+def test_a_flag_vllm_turns_on_by_default_is_off_when_the_config_says_false(vllm_parser, untrained):
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    default = AsyncEngineArgs.from_cli_args(_parse(vllm_parser, build_command(_env_for(tiny_pair))[0]))
-    env = _env_for(tiny_pair, extra_args={"enable_prefix_caching": False})
+    default = AsyncEngineArgs.from_cli_args(_parse(vllm_parser, build_command(_env_for(untrained))[0]))
+    env = _env_for(untrained, extra_args={"enable_prefix_caching": False})
     assert env["SM_VLLM_NO_ENABLE_PREFIX_CACHING"] == "true" and "SM_VLLM_ENABLE_PREFIX_CACHING" not in env
     off = AsyncEngineArgs.from_cli_args(_parse(vllm_parser, build_command(env)[0]))
     assert default.enable_prefix_caching is not False and off.enable_prefix_caching is False
@@ -100,31 +100,31 @@ def test_the_flags_without_a_no_form_are_vllms_own(vllm_parser):
     assert store_true == set(FLAGS_WITHOUT_NO_FORM) and len(optional) > 50
 
 
-def test_serve_argument_and_local_listener(tiny_pair, vllm_parser):
-    env = {**_env_for(tiny_pair), "PEAGLE_HOST": "127.0.0.1", "PEAGLE_PORT": "18123"}
+def test_serve_argument_and_local_listener(untrained, vllm_parser):
+    env = {**_env_for(untrained), "PEAGLE_HOST": "127.0.0.1", "PEAGLE_PORT": "18123"}
     cmd, _ = build_command(env, ["--enforce-eager"])
     args = _parse(vllm_parser, cmd)
     assert (args.host, args.port, args.enforce_eager) == ("127.0.0.1", 18123, True)
 
 
-def test_model_defaults_to_sagemaker_dir_when_it_holds_files(tiny_pair, tmp_path, vllm_parser):
-    env = _env_for(tiny_pair)
+def test_model_defaults_to_sagemaker_dir_when_it_holds_files(untrained, tmp_path, vllm_parser):
+    env = _env_for(untrained)
     del env["SM_VLLM_MODEL"]
     model_dir = tmp_path / "opt-ml-model"
     model_dir.mkdir()
     with pytest.raises(EntrypointError, match="SM_VLLM_MODEL: not set"):
         build_command(env, model_dir=model_dir)
-    shutil.copytree(tiny_pair.target, model_dir, dirs_exist_ok=True)
+    shutil.copytree(untrained.target, model_dir, dirs_exist_ok=True)
     cmd, _ = build_command(env, model_dir=model_dir)
     assert _parse(vllm_parser, cmd).model == str(model_dir)
 
 
-def _broken_drafter(tiny_pair, tmp_path, *, drop_mask_hidden=False, drop_token=False, trained_k=None):
+def _broken_drafter(untrained, tmp_path, *, drop_mask_hidden=False, drop_token=False, trained_k=None):
     import torch
     from safetensors.torch import load_file
 
-    cfg = json.loads((tiny_pair.drafter / "config.json").read_text())
-    weights = load_file(str(tiny_pair.drafter / "model.safetensors"))
+    cfg = json.loads((untrained.drafter / "config.json").read_text())
+    weights = load_file(str(untrained.drafter / "model.safetensors"))
     if drop_token:
         del cfg[MASK_TOKEN_WRITE_KEY]
     if trained_k is not None:
@@ -146,8 +146,8 @@ def _with_spec(env: dict[str, str], spec: dict | str) -> dict[str, str]:
     return {**env, "SM_VLLM_SPECULATIVE_CONFIG": spec if isinstance(spec, str) else json.dumps(spec)}
 
 
-def _spec(tiny_pair, **over) -> dict:
-    return {**tiny_pair.speculative_config(k=4), **over}
+def _spec(untrained, **over) -> dict:
+    return {**untrained.speculative_config(k=4), **over}
 
 
 REFUSALS = [
@@ -176,19 +176,19 @@ REFUSALS = [
 
 
 @pytest.mark.parametrize("name,make_env,message", REFUSALS, ids=[r[0] for r in REFUSALS])
-def test_refuses_before_vllm_starts(tiny_pair, tmp_path, name, make_env, message):
+def test_refuses_before_vllm_starts(untrained, tmp_path, name, make_env, message):
     with pytest.raises(EntrypointError, match=message.replace(".", r"\.").replace("(", r"\(")):
-        build_command(make_env(tiny_pair, tmp_path))
+        build_command(make_env(untrained, tmp_path))
 
 
-def test_refuses_api_key_argument(tiny_pair):
+def test_refuses_api_key_argument(untrained):
     with pytest.raises(EntrypointError, match="--api-key"):
-        build_command(_env_for(tiny_pair), ["--api-key", "x"])
+        build_command(_env_for(untrained), ["--api-key", "x"])
 
 
-def test_console_script_exits_2_with_one_clear_line(tiny_pair, tmp_path):
+def test_console_script_exits_2_with_one_clear_line(untrained, tmp_path):
     """The real process: a bad config ends it with status 2 and a message, without importing vLLM."""
-    env = {"PATH": "/usr/bin:/bin", **_with_spec(_env_for(tiny_pair), _spec(tiny_pair, num_speculative_tokens=40))}
+    env = {"PATH": "/usr/bin:/bin", **_with_spec(_env_for(untrained), _spec(untrained, num_speculative_tokens=40))}
     script = "import sys, peagle_runtime.entrypoint as e; assert 'vllm' not in sys.modules; sys.exit(e.main(['serve']))"
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
@@ -201,7 +201,7 @@ def test_console_script_exits_2_with_one_clear_line(tiny_pair, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["GPT-OSS-20B", "GPT-OSS-120B", "Qwen3-Coder-30B-A3B-Instruct", "Gemma-4-31B-IT"])
-def test_every_presets_flags_are_vllms_own_and_reach_the_engine(vllm_parser, tiny_pair, name):
+def test_every_presets_flags_are_vllms_own_and_reach_the_engine(vllm_parser, untrained, name):
     """The flags each head's card recommends, rendered by the DLC rule, parse with vLLM's own parser and land
     in its engine arguments with the values the preset states."""
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -210,7 +210,7 @@ def test_every_presets_flags_are_vllms_own_and_reach_the_engine(vllm_parser, tin
 
     preset = PRESETS[name]
     cfg = preset.serving(target_model="s3://bucket/models/target/", drafter_model="s3://bucket/models/drafter/")
-    env = cfg.to_environment(target_dir=str(tiny_pair.target), drafter_dir=str(tiny_pair.drafter))
+    env = cfg.to_environment(target_dir=str(untrained.target), drafter_dir=str(untrained.drafter))
     cmd, child_env = build_command(env)
     args = _parse(vllm_parser, cmd)
     engine = AsyncEngineArgs.from_cli_args(args)
@@ -225,21 +225,21 @@ def test_every_presets_flags_are_vllms_own_and_reach_the_engine(vllm_parser, tin
 
 # -- the weights bundle: verified exactly against the pin before anything else -------------------------------
 
-def _pinned(tiny_pair, root) -> dict[str, str]:
-    """The environment a pinned stage gives the container, with the tiny pair mounted as its bundle in ``root``."""
+def _pinned(untrained, root) -> dict[str, str]:
+    """The environment a pinned stage gives the container, with the random pair mounted as its bundle in ``root``."""
     from tests.bundle_helpers import mount_bundle
 
-    pin = mount_bundle(root, tiny_pair.target, tiny_pair.drafter)
+    pin = mount_bundle(root, untrained.target, untrained.drafter)
     cfg = ServingConfig(target_model=f"s3://bucket/bundles/tiny/{pin}/target/", num_speculative_tokens=4,
                         drafter_model=f"s3://bucket/bundles/tiny/{pin}/drafter/", bundle_manifest_sha256=pin)
     return cfg.to_environment(target_dir=str(root / "target"), drafter_dir=str(root / "drafter"))
 
 
-def test_a_pinned_bundle_is_verified_and_one_line_says_what_and_how_fast(tiny_pair, tmp_path, capsys, vllm_parser):
+def test_a_pinned_bundle_is_verified_and_one_line_says_what_and_how_fast(untrained, tmp_path, capsys, vllm_parser):
     from peagle_contract.bundle import MANIFEST_DIGEST_VAR
 
     root = tmp_path / "opt-ml-model"
-    env = _pinned(tiny_pair, root)
+    env = _pinned(untrained, root)
     cmd, child_env = build_command(env, model_dir=root)
     assert _parse(vllm_parser, cmd).model == str(root / "target")
     (line,) = [x for x in capsys.readouterr().err.splitlines() if "verified" in x]
@@ -278,11 +278,11 @@ ATTACKS = [
 
 
 @pytest.mark.parametrize("name,attack,message", ATTACKS, ids=[a[0] for a in ATTACKS])
-def test_an_unverified_bundle_never_reaches_the_vllm_command(tiny_pair, tmp_path, monkeypatch, capsys, name, attack,
+def test_an_unverified_bundle_never_reaches_the_vllm_command(untrained, tmp_path, monkeypatch, capsys, name, attack,
                                                              message):
     """Before the change only manifest.json was hashed: each of these started vLLM on the attacker's bytes."""
     root = tmp_path / "opt-ml-model"
-    env = _pinned(tiny_pair, root)
+    env = _pinned(untrained, root)
     attack(root)
 
     def built(*_a, **_k):
@@ -302,16 +302,16 @@ def test_an_unverified_bundle_never_reaches_the_vllm_command(tiny_pair, tmp_path
 
 
 @pytest.mark.parametrize("pin", ["", "latest", "AB" * 32])
-def test_a_pin_that_is_not_64_lowercase_hex_stops_the_start(tiny_pair, tmp_path, pin):
+def test_a_pin_that_is_not_64_lowercase_hex_stops_the_start(untrained, tmp_path, pin):
     root = tmp_path / "opt-ml-model"
-    env = {**_pinned(tiny_pair, root), "PEAGLE_BUNDLE_MANIFEST_SHA256": pin}
+    env = {**_pinned(untrained, root), "PEAGLE_BUNDLE_MANIFEST_SHA256": pin}
     with pytest.raises(EntrypointError, match="^PEAGLE_BUNDLE_MANIFEST_SHA256: got .*; allowed: a SHA-256 digest, 64 "
                                               "lowercase hex characters"):
         build_command(env, model_dir=root)
 
 
-def test_unpinned_weights_are_said_to_be_unverified_and_still_never_the_loaders_path(tiny_pair, capsys):
-    _, child_env = build_command(_env_for(tiny_pair))
+def test_unpinned_weights_are_said_to_be_unverified_and_still_never_the_loaders_path(untrained, capsys):
+    _, child_env = build_command(_env_for(untrained))
     assert "PEAGLE_BUNDLE_MANIFEST_SHA256 not set: the weights in /opt/ml/model are not verified" in capsys.readouterr().err
     assert (child_env[entrypoint.LOADER_PATH_VAR], child_env[entrypoint.LOADER_SCRIPT_VAR]) == (
         entrypoint.NO_CUSTOM_CODE_DIR, "model.py")

@@ -16,7 +16,7 @@ import pytest
 from runtime_server import FIGURES
 
 from harness.front_door import MAX_PAYLOAD_BYTES, FrontDoor
-from tests.models.bench_modules import load
+from bench import ping_under_load
 from peagle_runtime.request_checks import MAX_BODY_BYTES
 
 pytestmark = pytest.mark.engine
@@ -104,7 +104,7 @@ def test_hostile_input_gets_a_short_4xx_naming_the_field(server, name, kwargs, s
 def _hostile_bodies() -> list[bytes]:
     """Four bodies of up to SageMaker's limit, as costly to check as the benchmark's (bench/ping_under_load.py): all
     refused, two of them only after a parse and a walk of a quarter of a million values."""
-    made = load("ping_under_load").hostile_bodies()
+    made = ping_under_load.hostile_bodies()
     return [made["containers"], made["keys"], made["nested"], made["keys"]]
 
 
@@ -142,7 +142,7 @@ def test_the_front_door_refuses_what_sagemaker_refuses_before_the_container_sees
     ValidationError and the container reads nothing; the container's own limit is the same number."""
     from botocore.exceptions import ClientError
 
-    from harness.sagemaker_client import runtime_client
+    from ops.sagemaker_client import runtime_client
 
     assert MAX_BODY_BYTES == MAX_PAYLOAD_BYTES
     with FrontDoor(backend=server.base, endpoints={"peagle-dev": None}) as door:

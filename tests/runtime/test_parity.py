@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from harness import spec_metrics
+from models import spec_metrics
 from models.trainer.corpus import held_out_prompts
 from runtime_server import FIGURES
 

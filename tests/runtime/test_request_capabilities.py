@@ -24,25 +24,25 @@ from peagle_runtime.refusals import Rejection
 HEADER_ONLY = {"data_parallel_rank"}  # vLLM reads it from a header only
 
 
-def _env(tiny_pair, **kw) -> dict[str, str]:
+def _env(untrained, **kw) -> dict[str, str]:
     cfg = ServingConfig(target_model="s3://bucket/models/target/", drafter_model="s3://bucket/models/drafter/", **kw)
-    return cfg.to_environment(target_dir=str(tiny_pair.target), drafter_dir=str(tiny_pair.drafter))
+    return cfg.to_environment(target_dir=str(untrained.target), drafter_dir=str(untrained.drafter))
 
 
-def test_enabled_capabilities_travel_from_the_config_to_the_server(tiny_pair):
-    env = _env(tiny_pair, request_capabilities=frozenset({"priority", "chat_template"}))
+def test_enabled_capabilities_travel_from_the_config_to_the_server(untrained):
+    env = _env(untrained, request_capabilities=frozenset({"priority", "chat_template"}))
     assert env[REQUEST_CAPABILITIES_VAR] == "chat_template,priority"
     _, child_env = build_command(env)
     assert parse_request_capabilities(child_env) == {"priority", "chat_template"}
-    assert REQUEST_CAPABILITIES_VAR not in _env(tiny_pair)  # none enabled: nothing rendered, nothing allowed
-    assert parse_request_capabilities(build_command(_env(tiny_pair))[1]) == frozenset()
+    assert REQUEST_CAPABILITIES_VAR not in _env(untrained)  # none enabled: nothing rendered, nothing allowed
+    assert parse_request_capabilities(build_command(_env(untrained))[1]) == frozenset()
 
 
-def test_an_unknown_capability_is_refused_at_synth_and_by_the_entrypoint(tiny_pair):
+def test_an_unknown_capability_is_refused_at_synth_and_by_the_entrypoint(untrained):
     with pytest.raises(ServingConfigError, match=r"^request_capabilities: got 'logits_processors'; allowed: any of"):
-        _env(tiny_pair, request_capabilities=frozenset({"logits_processors"}))
+        _env(untrained, request_capabilities=frozenset({"logits_processors"}))
     with pytest.raises(EntrypointError, match=rf"^{REQUEST_CAPABILITIES_VAR}: got 'everything'"):
-        build_command({**_env(tiny_pair), REQUEST_CAPABILITIES_VAR: "priority,everything"})
+        build_command({**_env(untrained), REQUEST_CAPABILITIES_VAR: "priority,everything"})
 
 
 def test_every_capability_is_a_field_of_vllms_request_models_or_a_header_vllm_reads():

@@ -9,9 +9,9 @@ import pytest
 from botocore.exceptions import ClientError
 from peagle_contract.served_config import VLLM_RELEASE, ServedConfig, parse, release
 from peagle_contract.serving import DRAFTER_MODEL_DIR
-from harness import loadtest, smoke
+from ops import loadtest, smoke
 from harness.front_door import FrontDoor, event_message
-from harness.sagemaker_client import invoke, invoke_stream, runtime_client
+from ops.sagemaker_client import invoke, invoke_stream, runtime_client
 
 pytestmark = pytest.mark.engine
 ENDPOINT = "peagle-dev"

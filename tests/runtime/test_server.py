@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harness import spec_metrics
+from models import spec_metrics
 from runtime_server import FIGURES, read_response_head
 
 pytestmark = pytest.mark.engine

@@ -14,8 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness import spec_metrics
+from models import spec_metrics
 from runtime_server import FIGURES, RuntimeServer, read_response_head
+
+from harness.runtime import local_serving
 
 pytestmark = pytest.mark.engine
 
@@ -24,10 +26,11 @@ DRAIN_S = 6  # the fixture's drain budget (PEAGLE_DRAIN_SECONDS); SageMaker's de
 
 
 @pytest.fixture(scope="module")
-def server_k7(tiny_pair, tmp_path_factory):
+def server_k7(untrained, tmp_path_factory):
     # Long enough for a stream that outlives the drain budget at any speed this machine runs the tiny
     # model (its RoPE config says 2048, which vLLM would otherwise hold it to).
-    srv = RuntimeServer(target=tiny_pair.target, drafter=tiny_pair.drafter, k=K, max_model_len=8192,
+    srv = RuntimeServer(target=untrained.target, drafter=untrained.drafter,
+                        serving=local_serving(num_speculative_tokens=K, max_model_len=8192),
                         extra_env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "PEAGLE_DRAIN_SECONDS": str(DRAIN_S)},
                         log_dir=tmp_path_factory.mktemp("k7"), name="peagle-k7", count_drafter_calls=True)
     try:
@@ -134,8 +137,8 @@ def test_sigterm_drains_what_fits_the_budget_ends_the_rest_and_exits_before_sage
 
 
 @pytest.fixture(scope="module")
-def doomed(tiny_pair, tmp_path_factory):
-    srv = RuntimeServer(target=tiny_pair.target, drafter=tiny_pair.drafter, k=2,
+def doomed(untrained, tmp_path_factory):
+    srv = RuntimeServer(target=untrained.target, drafter=untrained.drafter, serving=local_serving(num_speculative_tokens=2),
                         log_dir=tmp_path_factory.mktemp("doomed"), name="peagle-engine-dies")
     try:
         yield srv.start().wait_ready()

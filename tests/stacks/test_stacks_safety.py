@@ -40,7 +40,7 @@ def test_every_key_limits_grants_to_aws_services_or_control_tower_fails_synth(tm
     from stacks.application import OFFLINE, build_app
     from stacks.environments import ENVIRONMENTS
 
-    for module in ("peagle_endpoint", "monitoring", "components"):
+    for module in ("single_model_endpoint", "monitoring", "components"):
         monkeypatch.setattr(f"peagle_constructs.{module}.limit_grants_to_aws_services", lambda key: key)
     app = App(outdir=str(tmp_path), context=OFFLINE)
     build_app(app, ENVIRONMENTS)

@@ -20,11 +20,10 @@ for a 20B model, about 10-15 minutes until requests are served again. Clients re
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from aws_cdk import Duration
+from aws_cdk import CfnOutput, Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -36,14 +35,16 @@ from peagle_constructs import security
 from peagle_constructs.autoscaling import ComponentAutoscaling, check_floor_above_zero
 from peagle_constructs.break_glass import break_glass, mark_break_glass
 from peagle_constructs.deployment import DeploymentPolicy, RollbackAlarms
-from peagle_constructs.endpoint import PEagleInferenceEndpoint, endpoint_name_for
+from peagle_constructs.endpoint_base import EndpointBase
 from peagle_constructs.endpoint_config import InstanceScaling, PEagleEndpointConfig
-from peagle_constructs.endpoint_reference import EndpointBase
+from peagle_constructs.endpoint_names import check_component_name, endpoint_name_for
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.image import ContainerImage
+from peagle_constructs.inference_endpoint import PEagleInferenceEndpoint
 from peagle_constructs.instance_types import InstanceType
+from peagle_constructs.log_groups import encrypted_log_group
 from peagle_constructs.model import PEagleModel
-from peagle_constructs.monitoring import EndpointMonitoring, encrypted_log_group
+from peagle_constructs.monitoring import EndpointMonitoring
 from peagle_constructs.props import FleetProps, ModelProps
 from peagle_constructs.sagemaker_names import (
     COMPONENT_METRICS_NAMESPACE, DEFAULT_VARIANT_NAME, ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE,
@@ -57,7 +58,6 @@ HOST_HEADROOM = 0.2
 VLLM_METRICS_PATH = "/metrics"
 # The least a copy may reserve (CreateInferenceComponent's limits).
 MIN_MEMORY_MIB, MIN_CPU_CORES = 128, 0.25
-_COMPONENT_NAME = re.compile(r"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,7 +133,6 @@ class PEagleComponentEndpoint(EndpointBase):
         allow_scale_to_zero: bool = True,
         endpoint_name: str | None = None,
     ) -> None:
-        super().__init__(scope, id)
         check_type(fleet, "fleet", FleetProps, "a FleetProps")
         if fleet.fallback_instances:
             # A copy's reservation is checked against one instance type; a ladder would need it per pool.
@@ -141,12 +140,12 @@ class PEagleComponentEndpoint(EndpointBase):
         check_type(instance_scaling, "instance_scaling", InstanceScaling, "an InstanceScaling")
         if not allow_scale_to_zero:
             check_floor_above_zero(instance_scaling.min_instances, "instance_scaling.min_instances")
+        super().__init__(scope, id, endpoint_name=endpoint_name_for(scope, id, endpoint_name),
+                         variant_name=DEFAULT_VARIANT_NAME)
         self.fleet = fleet
         self.instance_type = fleet.instance
         self.instance_scaling = instance_scaling
         self.allow_scale_to_zero = allow_scale_to_zero
-        self.endpoint_name = endpoint_name_for(self, id, endpoint_name)
-        self.variant_name = DEFAULT_VARIANT_NAME
 
         self.key = limit_grants_to_aws_services(kms.Key(
             self, "Key", enable_key_rotation=True, removal_policy=fleet.removal_policy,
@@ -174,7 +173,6 @@ class PEagleComponentEndpoint(EndpointBase):
         self.endpoint_config.cfn_endpoint_config.node.add_dependency(self.policy)
         self.endpoint = PEagleInferenceEndpoint(self, "Endpoint", endpoint_config=self.endpoint_config,
                                                 endpoint_name=self.endpoint_name)
-        self.endpoint_arn = self.endpoint.endpoint_arn
         self.endpoint.cfn_endpoint.node.add_dependency(self.log_group)
         self.components: dict[str, PEagleInferenceComponent] = {}  # by component name
 
@@ -199,8 +197,10 @@ class PEagleInferenceComponent(Construct):
     reserves; ``scaling`` the copy autoscaling (None: a fixed count); ``deployment`` a rolling policy
     (``DeploymentPolicy.rolling(copies=...)``, default one copy at a time, 10 minutes' bake), rolled back by
     the component's 5xx-rate and engine-clock TPOT alarms (the signals no client moves at will; the others page,
-    peagle_constructs.monitoring.ROLLBACK_SIGNALS). ``component_name`` defaults to
-    ``<endpoint name>-<id>``, lower-cased: clients name it in every request (``InferenceComponentName``).
+    peagle_constructs.rollback_signals). ``component_name`` defaults to
+    ``<endpoint name>-<id>``, lower-cased: clients name it in every request (``InferenceComponentName``;
+    :func:`peagle_constructs.invoke_arguments` builds the boto3 call, :meth:`add_name_output` makes it a stack
+    output).
     """
 
     def __init__(
@@ -234,11 +234,9 @@ class PEagleInferenceComponent(Construct):
 
         self.monitoring = EndpointMonitoring(
             self, "Monitoring", endpoint_name=endpoint.endpoint_name, variant_name=endpoint.variant_name,
-            component_name=name, num_speculative_tokens=serving.num_speculative_tokens,
-            log_retention=endpoint.fleet.log_retention, removal_policy=endpoint.fleet.removal_policy,
-            alarm_thresholds=model.alarm_thresholds, alarm_subscribers=model.alarm_subscribers,
+            component_name=name, model=model, fleet=endpoint.fleet,
             # The fleet's one key encrypts the component's logs and alarm topic too.
-            encryption_key=endpoint.key, native_alarms=endpoint.fleet.detailed_observability.enabled,
+            encryption_key=endpoint.key,
         )
         self.model = PEagleModel(
             self, "Model", serving=serving, image=image, network_isolation=model.network_isolation,
@@ -273,6 +271,15 @@ class PEagleInferenceComponent(Construct):
             )
             self.autoscaling.scalable_target.node.add_dependency(self.cfn_inference_component)
         endpoint.components[name] = self
+
+    def add_name_output(self, id: str = "InferenceComponentName", *,
+                        export_name: str | None = None) -> CfnOutput:
+        """The component's name as a stack output (in this component's scope), for the clients that must send
+        it as ``InferenceComponentName`` in every request (:func:`peagle_constructs.invoke_arguments`). Only
+        on request: an output added by default would change every existing stack's template."""
+        return CfnOutput(self, id, value=self.component_name, export_name=export_name,
+                         description=f"name it in every request to endpoint {self.endpoint.endpoint_name} "
+                                     "(InferenceComponentName)")
 
     def add_rollback_alarm(self, alarm: cloudwatch.IAlarm) -> None:
         self._rollback.add(alarm)
@@ -327,10 +334,8 @@ class PEagleInferenceComponent(Construct):
 
 def _component_name(endpoint: PEagleComponentEndpoint, id: str, given: str | None) -> str:
     """``given`` checked, or ``<endpoint name>-<id>`` lower-cased; unique on the fleet."""
-    name = given if given is not None else f"{endpoint.endpoint_name}-{id}".lower()[:63].rstrip("-")
-    if not isinstance(name, str) or len(name) > 63 or not _COMPONENT_NAME.match(name):
-        raise ConfigError("component_name", f"got {name!r}; allowed: 1-63 letters, digits and hyphens, starting "
-                          "and ending with a letter or digit")
+    name = check_component_name(given if given is not None
+                                else f"{endpoint.endpoint_name}-{id}".lower()[:63].rstrip("-"))
     if name in endpoint.components:
         raise ConfigError("component_name", f"got {name!r}, already on this endpoint; allowed: a name of its own")
     return name

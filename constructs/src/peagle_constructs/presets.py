@@ -40,7 +40,6 @@ weights are checked against the GPU.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -88,19 +87,31 @@ class ModelPreset:
     extra_args: Mapping[str, str | int | float | bool] = field(default_factory=dict)
     extra_environment: Mapping[str, str] = field(default_factory=dict)
 
-    def serving(self, *, target_model: str, drafter_model: str, **overrides) -> ServingConfig:
-        """The preset as a ServingConfig; ``overrides`` replace any field (``extra_args`` merge over the preset's)."""
-        fields = {f.name for f in dataclasses.fields(ServingConfig)}
-        unknown = sorted(set(overrides) - fields)
-        if unknown:
-            raise ConfigError(f"{self.name}.serving", f"got {unknown}; allowed: ServingConfig fields {sorted(fields)}")
-        extra = {**self.extra_args, "kv_cache_dtype": self.kv_cache_dtype, **overrides.pop("extra_args", {})}
-        environment = {**self.extra_environment, **overrides.pop("extra_environment", {})}
-        values = dict(num_speculative_tokens=self.recommended_k, max_model_len=self.max_model_len,
-                      max_num_seqs=self.max_num_seqs, served_model_name=self.served_model_name)
-        values.update(overrides)
-        return ServingConfig(target_model=target_model, drafter_model=drafter_model, extra_args=extra,
-                             extra_environment=environment, **values)
+    def serving(self, *, target_model: str, drafter_model: str, num_speculative_tokens: int | None = None,
+                num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = None,
+                max_model_len: int | None = None, max_num_seqs: int | None = None,
+                tensor_parallel_size: int | None = None, gpu_memory_utilization: float | None = None,
+                dtype: str | None = None, served_model_name: str | None = None,
+                extra_args: Mapping[str, str | int | float | bool] | None = None,
+                extra_environment: Mapping[str, str] | None = None, bundle_manifest_sha256: str | None = None,
+                request_capabilities: frozenset[str] | None = None) -> ServingConfig:
+        """The preset as a ServingConfig. Every keyword is a ServingConfig field; one left out (None) takes the
+        preset's value (K, lengths, the served name, the card's flags) or else the contract's default.
+        ``extra_args`` and ``extra_environment`` merge over the preset's."""
+        given = dict(num_speculative_tokens=num_speculative_tokens,
+                     num_speculative_tokens_per_batch_size=num_speculative_tokens_per_batch_size,
+                     tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
+                     dtype=dtype, bundle_manifest_sha256=bundle_manifest_sha256,
+                     request_capabilities=request_capabilities)
+        return ServingConfig(
+            target_model=target_model, drafter_model=drafter_model,
+            max_model_len=self.max_model_len if max_model_len is None else max_model_len,
+            max_num_seqs=self.max_num_seqs if max_num_seqs is None else max_num_seqs,
+            served_model_name=self.served_model_name if served_model_name is None else served_model_name,
+            extra_args={**self.extra_args, "kv_cache_dtype": self.kv_cache_dtype, **(extra_args or {})},
+            extra_environment={**self.extra_environment, **(extra_environment or {})},
+            **{"num_speculative_tokens": self.recommended_k,
+               **{name: value for name, value in given.items() if value is not None}})
 
     def check(self, serving: ServingConfig, *, instance_type: str, where: str = "preset") -> None:
         """ConfigError (naming the numbers) when ``serving`` cannot run this preset on ``instance_type``."""

@@ -17,9 +17,9 @@ from aws_cdk import aws_logs as logs
 
 from peagle_contract.serving import ServingConfig
 
+from peagle_constructs.alarm_thresholds import AlarmThresholds
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.instance_types import InstanceType
-from peagle_constructs.monitoring import AlarmThresholds
 from peagle_constructs.native_metrics import DetailedObservability
 from peagle_constructs.notifications import AlarmSubscriber
 from peagle_constructs.presets import ModelPreset

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
-from harness.sagemaker_client import invoke_stream, runtime_client
+from ops.sagemaker_client import invoke_stream, runtime_client
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 PROMPTS = ("Write a Python function that reverses a string.", "Explain what a hash map is in two sentences.",
@@ -121,7 +121,7 @@ def plot(levels: list[dict], path: Path, *, title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     from stacks.environments import ENVIRONMENTS
 
-    parser = argparse.ArgumentParser(prog="python -m harness.loadtest", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ops.loadtest", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="dev")
     parser.add_argument("--target", choices=("local", "aws"), default="local")
     parser.add_argument("--region")
@@ -142,12 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         if args.target == "local":
             from harness.front_door import FrontDoor
-            from harness.runtime import LocalRuntime
+            from harness.runtime import LocalRuntime, local_serving
             from harness.serve import pick_pair
 
             kind, pair = pick_pair("auto")
-            runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, k=4, max_model_len=2048,
-                                   max_num_seqs=max(args.concurrency), name="loadtest-runtime")
+            serving = local_serving(num_speculative_tokens=pair.trained_k(), max_model_len=2048,
+                                    max_num_seqs=max(args.concurrency))
+            runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, serving=serving, name="loadtest-runtime")
             print(f"starting a runtime ({kind} pair) ...", flush=True)
             stack.callback(runtime.stop)
             runtime.start().wait_ready(timeout_s=900)

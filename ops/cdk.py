@@ -1,6 +1,6 @@
 """Running the real CDK CLI (pinned in package.json) quietly, and reading the cloud assemblies it writes.
 
-``python -m harness.cdk synth [--output cdk.out]`` is `make synth`: every stage, nag packs and all.
+``python -m ops.cdk synth [--output cdk.out]`` is `make synth`: every stage, nag packs and all.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def stage_environment(assembly_dir: Path, stage: str) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m harness.cdk", description="`make synth`: every stage")
+    parser = argparse.ArgumentParser(prog="python -m ops.cdk", description="`make synth`: every stage")
     parser.add_argument("command", choices=("synth",))
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "cdk.out")
     args = parser.parse_args(argv)

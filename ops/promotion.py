@@ -1,7 +1,7 @@
 """What the promotion reads from the cloud assembly it deploys (promote.yml's synth job, deploy-stage.yml).
 
-    python -m harness.promotion target --assembly cdk.out --stage Dev        (step outputs of a deploy job)
-    python -m harness.promotion digests --assembly cdk.out --revision SHA    (the synth job's summary)
+    python -m ops.promotion target --assembly cdk.out --stage Dev        (step outputs of a deploy job)
+    python -m ops.promotion digests --assembly cdk.out --revision SHA    (the synth job's summary)
 
 ``target``: where a stage deploys - the account and region its stacks' manifest entries name, and the deploy
 role there, ``arn:aws:iam::<account>:role/<stacks.ci_roles.role_name>`` - so a job assumes a role in the
@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import cdk
+from ops import cdk
 
 # The only partition the app targets (cdk.json: @aws-cdk/core:target-partitions).
 PARTITION = "aws"
@@ -108,7 +108,7 @@ def digests_markdown(rows: list[StackDigest], *, revision: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.promotion", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ops.promotion", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     where = sub.add_parser("target", help="account, region and deploy role of a stage (step outputs)")
     where.add_argument("--assembly", type=Path, required=True)

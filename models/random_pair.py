@@ -1,6 +1,7 @@
-"""A tiny, seeded target + P-EAGLE drafter pair, built offline in seconds, cached by content hash.
+"""The random pair: a small seeded target and P-EAGLE drafter with untrained weights, built offline in seconds,
+cached by content hash (the trained small pair is models.toy_pair).
 
-    from models.tiny import build
+    from models.random_pair import build
     paths = build()            # -> models.pair.ModelPair(root, target, drafter, mask_token_id)
     paths.target               # Path: a 4-layer hidden-128 Llama with its byte-level BPE tokenizer
     paths.drafter              # Path: an EAGLE-3 head with mask_hidden and ptd_token_id (models.layout)
@@ -9,7 +10,7 @@
 The weights are random (seeded), so the drafter's guesses are rarely accepted: the pair proves the
 serving path and greedy parity, not speed. The cache key hashes this recipe and models/layout.py,
 so changing either rebuilds; ``build(out_dir=...)`` writes to a fresh folder instead of the cache.
-Command line: ``python -m models.tiny [--out DIR]`` prints the paths as JSON.
+Command line: ``python -m models.random_pair [--out DIR]`` prints the paths as JSON.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def cache_root() -> Path:
     """The cache folder of this recipe: its name hashes the recipe, this module and models/layout.py."""
     recipe = {"seed": SEED, "vocab": VOCAB_SIZE, "target": asdict(TARGET),
               "drafter": {k: v for k, v in asdict(DRAFTER).items() if k != "extra"}, "corpus": CORPUS}
-    return cache.CACHE_DIR / cache.recipe_key("tiny", recipe, [Path(layout.__file__), Path(__file__)])
+    return cache.CACHE_DIR / cache.recipe_key("random", recipe, [Path(layout.__file__), Path(__file__)])
 
 
 def _write(root: Path) -> ModelPair:
@@ -66,7 +67,7 @@ def _write(root: Path) -> ModelPair:
 
 
 def build(out_dir: str | Path | None = None) -> ModelPair:
-    """Return the tiny pair; build it (a few seconds) unless the cache already holds this recipe."""
+    """Return the random pair; build it (a few seconds) unless the cache already holds this recipe."""
     if out_dir is not None:
         return _write(Path(out_dir))
     return cached(cache_root(), _write)

@@ -1,4 +1,11 @@
-"""The composite most users take: model + endpoint config + endpoint + autoscaling + monitoring."""
+"""PEagleEndpoint, the composite most users take: one model on a fleet of its own, with all it needs.
+
+Model + endpoint config + endpoint + autoscaling + monitoring, with the defaults LLM serving needs. Its pieces
+are usable alone: :mod:`~peagle_constructs.model`, :mod:`~peagle_constructs.endpoint_config`, the bare endpoint
+(:mod:`~peagle_constructs.inference_endpoint`), :mod:`~peagle_constructs.autoscaling` and
+:mod:`~peagle_constructs.monitoring`. Models that share a fleet as inference components:
+:mod:`peagle_constructs.components`.
+"""
 
 from __future__ import annotations
 
@@ -15,11 +22,12 @@ from constructs import Construct
 
 from peagle_constructs.autoscaling import EndpointAutoscaling, ScalingMetric
 from peagle_constructs.deployment import DeploymentPolicy
-from peagle_constructs.endpoint import PEagleInferenceEndpoint, endpoint_name_for
+from peagle_constructs.endpoint_base import EndpointBase
 from peagle_constructs.endpoint_config import PEagleEndpointConfig
-from peagle_constructs.endpoint_reference import EndpointBase
+from peagle_constructs.endpoint_names import endpoint_name_for
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.image import ContainerImage
+from peagle_constructs.inference_endpoint import PEagleInferenceEndpoint
 from peagle_constructs.model import PEagleModel
 from peagle_constructs.monitoring import EndpointMonitoring
 from peagle_constructs.props import FleetProps, ModelProps
@@ -47,7 +55,7 @@ class PEagleEndpoint(EndpointBase):
     - LLM-sized startup/download timeouts, least-outstanding-requests routing;
     - one KMS key (rotation on) for the volume (EBS-backed families only), log group and alarm topic;
     - deployments (blue/green, or rolling) rolled back by the 5xx-rate and engine-clock TPOT alarms, the signals no
-      client moves at will; TTFT, model errors and acceptance page (peagle_constructs.monitoring.ROLLBACK_SIGNALS);
+      client moves at will; TTFT, model errors and acceptance page (peagle_constructs.rollback_signals);
     - alarm notifications to ``model.alarm_subscribers`` (email, HTTPS, existing topics);
     - SageMaker's detailed observability on, with PromQL alarms on vLLM's own metrics;
     - target tracking on concurrent requests, long scale-in cooldown (``scaling``; None: a fixed fleet);
@@ -75,27 +83,20 @@ class PEagleEndpoint(EndpointBase):
         deployment: DeploymentPolicy | None = None,
         weights_key: kms.IKey | None = None,
     ) -> None:
-        super().__init__(scope, id)
         check_type(model, "model", ModelProps, "a ModelProps")
         check_type(fleet, "fleet", FleetProps, "a FleetProps")
         fleet.validate()
         model.check_on_fleet(fleet)
-        self.endpoint_name = endpoint_name_for(self, id, endpoint_name)
-        self.variant_name = DEFAULT_VARIANT_NAME
+        super().__init__(scope, id, endpoint_name=endpoint_name_for(scope, id, endpoint_name),
+                         variant_name=DEFAULT_VARIANT_NAME)
         bounds = self._scaling_bounds(scaling, fleet.instance_count)
 
         self.key = limit_grants_to_aws_services(kms.Key(
             self, "Key", enable_key_rotation=True, removal_policy=fleet.removal_policy,
             description=f"P-EAGLE endpoint {self.endpoint_name}: storage volume, logs and alarm topic",
         ))
-        self.monitoring = EndpointMonitoring(
-            self, "Monitoring",
-            endpoint_name=self.endpoint_name, variant_name=self.variant_name,
-            num_speculative_tokens=model.serving.num_speculative_tokens, encryption_key=self.key,
-            log_retention=fleet.log_retention, removal_policy=fleet.removal_policy,
-            alarm_thresholds=model.alarm_thresholds, alarm_subscribers=model.alarm_subscribers,
-            native_alarms=fleet.detailed_observability.enabled,
-        )
+        self.monitoring = EndpointMonitoring(self, "Monitoring", endpoint_name=self.endpoint_name, model=model,
+                                             fleet=fleet, variant_name=self.variant_name, encryption_key=self.key)
         self.model = PEagleModel(
             self, "Model", serving=model.serving, image=image, network_isolation=model.network_isolation,
             log_group=self.monitoring.log_group, weights_key=weights_key, environment=model.environment,
@@ -120,7 +121,6 @@ class PEagleEndpoint(EndpointBase):
         )
         for served in (self.model, *self.pool_models.values()):
             self.endpoint.grant_rollback_reads(served.policy)
-        self.endpoint_arn = self.endpoint.endpoint_arn
         # SageMaker creates the log group itself if it writes first; ours must already be there.
         self.endpoint.cfn_endpoint.node.add_dependency(self.monitoring.log_group)
 

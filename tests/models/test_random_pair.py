@@ -1,4 +1,4 @@
-"""The tiny pair: built offline, in vLLM 0.32's layout, cached by content."""
+"""The random pair: built offline, in vLLM 0.32's layout, cached by content."""
 
 from __future__ import annotations
 
@@ -7,48 +7,48 @@ import json
 import pytest
 from safetensors import safe_open
 
-from models import layout, tiny
+from models import layout, random_pair
 from peagle_contract.drafter import check_drafter_dir
 
 
-def test_pair_layout(tiny_pair):
-    target = json.loads((tiny_pair.target / "config.json").read_text())
-    drafter = json.loads((tiny_pair.drafter / "config.json").read_text())
+def test_pair_layout(untrained):
+    target = json.loads((untrained.target / "config.json").read_text())
+    drafter = json.loads((untrained.drafter / "config.json").read_text())
     assert target["architectures"] == ["LlamaForCausalLM"] and target["num_hidden_layers"] == 4
     assert target["hidden_size"] == 128
     assert drafter["architectures"] == [layout.DRAFTER_ARCHITECTURE]
-    assert check_drafter_dir(tiny_pair.drafter, where="test").mask_token_id == tiny_pair.mask_token_id
+    assert check_drafter_dir(untrained.drafter, where="test").mask_token_id == untrained.mask_token_id
     aux = drafter["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     assert len(set(aux)) == 3 and all(0 <= i < target["num_hidden_layers"] for i in aux)
-    with safe_open(str(tiny_pair.drafter / "model.safetensors"), "pt") as f:
+    with safe_open(str(untrained.drafter / "model.safetensors"), "pt") as f:
         assert tuple(f.get_tensor("mask_hidden").shape) == (1, 3 * target["hidden_size"])
         assert tuple(f.get_tensor("fc.weight").shape) == (drafter["hidden_size"], 3 * target["hidden_size"])
         assert "embed_tokens.weight" not in f.keys()  # shared with the target by vLLM
 
 
-def test_tokenizer_round_trips_and_knows_the_mask_token(tiny_pair):
+def test_tokenizer_round_trips_and_knows_the_mask_token(untrained):
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(tiny_pair.target))
+    tok = AutoTokenizer.from_pretrained(str(untrained.target))
     text = "Unseen text, émojis 🙂 and code: x = [1, 2]"
     assert tok.decode(tok(text, add_special_tokens=False).input_ids) == text
-    assert tok.convert_ids_to_tokens(tiny_pair.mask_token_id) == layout.MASK_TOKEN
+    assert tok.convert_ids_to_tokens(untrained.mask_token_id) == layout.MASK_TOKEN
     chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
     assert chat.endswith("<|assistant|>\n")
 
 
-def test_cached_by_content_and_rebuildable(tiny_pair, tmp_path, monkeypatch):
-    assert tiny.build() == tiny_pair  # second call: the cache
-    monkeypatch.setattr(tiny, "SEED", tiny.SEED + 1)
-    assert tiny.cache_root() != tiny_pair.root  # another recipe, another folder: never a stale pair
+def test_cached_by_content_and_rebuildable(untrained, tmp_path, monkeypatch):
+    assert random_pair.build() == untrained  # second call: the cache
+    monkeypatch.setattr(random_pair, "SEED", random_pair.SEED + 1)
+    assert random_pair.cache_root() != untrained.root  # another recipe, another folder: never a stale pair
     monkeypatch.undo()
-    fresh = tiny.build(tmp_path / "fresh")
+    fresh = random_pair.build(tmp_path / "fresh")
     for name in ("config.json", "model.safetensors"):
-        assert (fresh.drafter / name).read_bytes() == (tiny_pair.drafter / name).read_bytes()  # seeded
+        assert (fresh.drafter / name).read_bytes() == (untrained.drafter / name).read_bytes()  # seeded
 
 
-def test_write_drafter_refuses_wrong_shapes(tiny_pair, tmp_path):
-    cfg = json.loads((tiny_pair.drafter / "config.json").read_text())
+def test_write_drafter_refuses_wrong_shapes(untrained, tmp_path):
+    cfg = json.loads((untrained.drafter / "config.json").read_text())
     weights = layout.random_drafter_weights(cfg, seed=0)
     weights["mask_hidden"] = weights["mask_hidden"][:, :128]  # width hidden instead of 3*hidden
     with pytest.raises(ValueError, match="mask_hidden"):

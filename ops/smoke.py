@@ -8,7 +8,7 @@ drafter, method, vLLM release: boto3's CustomAttributes) against the deployed mo
 the one the runtime was started with (local); a streamed answer (InvokeEndpointWithResponseStream:
 text arrives; TTFT and tokens/s printed), a wrongly typed request refused as SageMaker's ModelError with the
 container's 400 - and the endpoint answers again after it. For aws, first: the endpoint serves what its stack
-deployed (harness.aws.live_config: a rolled-back update looks InService too); then the request lines reached the
+deployed (ops.live_config: a rolled-back update looks InService too); then the request lines reached the
 endpoint's log group (what the metric filters read) and none of the endpoint's alarms is in ALARM; for
 local: the runtime printed a request line for each answer.
 
@@ -28,7 +28,7 @@ from typing import Mapping
 
 import httpx
 
-from harness.sagemaker_client import WholeResult, invoke, invoke_stream, runtime_client
+from ops.sagemaker_client import WholeResult, invoke, invoke_stream, runtime_client
 
 REQUEST = {"messages": [{"role": "user", "content": "Write a Python function that returns the sum of a list."}],
            "max_tokens": 48, "temperature": 0}
@@ -58,7 +58,7 @@ def endpoint_checks(client, endpoint: str, report: Report, *, component: str | N
     the container's statement is only read."""
     from botocore.exceptions import ClientError
 
-    from harness.aws.live_config import served_mismatches
+    from ops.live_config import served_mismatches
     from peagle_contract.served_config import ServedConfigError, parse
 
     whole: WholeResult = invoke(client, endpoint, REQUEST, component=component)
@@ -102,7 +102,7 @@ def smoke_local(endpoint: str, *, component: str | None = None, base: str | None
     """``base``: a runtime already running (else the one on :8080, else one started here); ``request_lines``:
     how to read that runtime's request log, ``environment`` what it was started with, when known."""
     from harness.front_door import FrontDoor
-    from harness.runtime import LocalRuntime
+    from harness.runtime import LocalRuntime, local_serving
     from harness.serve import pick_pair
 
     report = Report()
@@ -114,8 +114,8 @@ def smoke_local(endpoint: str, *, component: str | None = None, base: str | None
             print(f"using the runtime already on {base}")
         else:
             kind, pair = pick_pair("auto")
-            runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, k=4, max_model_len=2048,
-                                   name="smoke-runtime")
+            serving = local_serving(num_speculative_tokens=pair.trained_k(), max_model_len=2048)
+            runtime = LocalRuntime(target=pair.target, drafter=pair.drafter, serving=serving, name="smoke-runtime")
             print(f"starting a runtime ({kind} pair) on {runtime.base} ...", flush=True)
             stack.callback(runtime.stop)
             runtime.start().wait_ready(timeout_s=900)
@@ -139,7 +139,7 @@ def smoke_aws(endpoint: str, *, component: str | None = None, region: str | None
     """``stack_name``: the stack that deployed the endpoint; its live configuration is checked against it."""
     import boto3
 
-    from harness.aws import live_config
+    from ops import live_config
     from peagle_constructs.sagemaker_names import container_log_group
     from peagle_contract.request_log import EVENT_FIELD, EVENT_NAME
 
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     from stacks.environments import ENVIRONMENTS
     from stacks.serving_stack import stage_stack_name, when_idle
 
-    parser = argparse.ArgumentParser(prog="python -m harness.smoke", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ops.smoke", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="dev", help="the environment (dev, staging, prod)")
     parser.add_argument("--target", choices=("local", "aws"), default="local")
     parser.add_argument("--region", help="aws: the endpoint's region (default: boto3's)")

@@ -131,7 +131,7 @@ def container_mismatches(session: Any, runtime_client: Any, endpoint: str, compo
     environment. A request that fails is one line."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from harness.sagemaker_client import invoke
+    from ops.sagemaker_client import invoke
 
     environment = deployed_environment(session.client("sagemaker"), endpoint, component)
     try:

@@ -1,7 +1,7 @@
 """Deploy or destroy one environment's Stage: on an embedded AWS (default) or a real account.
 
-    python -m harness.deploy deploy  --env dev [--target local|aws] [--image-uri URI]
-    python -m harness.deploy destroy --env dev [--target local|aws]
+    python -m ops.deploy deploy  --env dev [--target local|aws] [--image-uri URI]
+    python -m ops.deploy destroy --env dev [--target local|aws]
 
 ``--target local`` starts moto's server on 127.0.0.1 with our CloudFormation extension (pid and port in
 .cache/local_aws/emulator.json), bootstraps it and deploys ``<Stage>/*`` with the real CDK CLI, then asks
@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import cdk
-from harness.aws import inventory, live_config, server
+from harness.aws import server
+from ops import cdk, inventory, live_config
 
 TARGETS = ("local", "aws")
 STATE_DIR = cdk.REPO_ROOT / ".cache" / "local_aws"
@@ -68,7 +68,7 @@ def _done(started: float, what: str = "done") -> None:
 class DeployResult:
     stage: str
     rows: dict[str, list[inventory.Row]]  # stack display name -> rows
-    # Endpoints and components that do not serve what the stack deployed (harness.aws.live_config).
+    # Endpoints and components that do not serve what the stack deployed (ops.live_config).
     not_served: list[str] = field(default_factory=list)
 
     @property
@@ -204,7 +204,7 @@ def _deploy_into(env: str, *, target: str, stacks: list[cdk.StackArtifact], asse
 def _container_check(env: str, region: str | None) -> list[str]:
     import boto3
 
-    from harness.sagemaker_client import runtime_client
+    from ops.sagemaker_client import runtime_client
     from stacks.environments import ENVIRONMENTS
 
     config = next(c for c in ENVIRONMENTS if c.name.lower() == env.lower())
@@ -258,7 +258,7 @@ def destroy(env: str, *, target: str = "local",
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.deploy", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ops.deploy", description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("deploy", "destroy"))
     parser.add_argument("--env", default="dev", help=f"one of {', '.join(stage_names())}")
     parser.add_argument("--target", default="local", help="local (embedded AWS, default) or aws (your credentials)")

@@ -123,10 +123,10 @@ def delete(sm, found: Plan, *, log: Callable[[str], None] = print) -> int:  # no
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.deploy import TARGETS, stage_of
+    from ops.deploy import TARGETS, stage_of
     from stacks.serving_stack import stage_stack_name
 
-    parser = argparse.ArgumentParser(prog="python -m harness.prune", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ops.prune", description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="dev")
     parser.add_argument("--target", default="aws", choices=TARGETS, help="aws (your credentials) or local (the "
                                                                           "embedded AWS of `make deploy`)")
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     stack = stage_stack_name(stage_of(args.env))
     if args.target == "local":
         from harness.aws import server
-        from harness.deploy import STATE_DIR
+        from ops.deploy import STATE_DIR
 
         emulator = server.running(STATE_DIR)
         if emulator is None:

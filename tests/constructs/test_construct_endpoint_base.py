@@ -1,9 +1,12 @@
-"""Endpoints as other constructs use them: imported by name or ARN, invoke grants, metrics with CDK's options."""
+"""Endpoints as other constructs use them: CDK's aws_sagemaker.IEndpoint (API Gateway's SageMaker integration takes
+ours, built or imported), imported by name or ARN in the right environment, invoke grants, metrics with CDK's
+options."""
 
 from __future__ import annotations
 
 import pytest
-from aws_cdk import Duration, Token
+from aws_cdk import Duration, Stack, Token
+from aws_cdk import aws_apigateway as apigateway
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
@@ -22,6 +25,59 @@ def _grant_resource(stack, endpoint) -> str:
     (statement,) = statements(policy)
     assert statement["Action"] == ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
     return as_text(statement["Resource"])
+
+
+def _integration(template: dict, path: str) -> tuple[dict, list[dict]]:
+    """The SageMaker integration of ``POST /<path>`` and the statements of its role's policies."""
+    resources = template["Resources"]
+    (part,) = [lid for lid, r in resources.items()
+               if r["Type"] == "AWS::ApiGateway::Resource" and r["Properties"]["PathPart"] == path]
+    (method,) = [r["Properties"] for r in resources.values()
+                 if r["Type"] == "AWS::ApiGateway::Method" and r["Properties"]["ResourceId"] == {"Ref": part}]
+    integration = method["Integration"]
+    role = integration["Credentials"]["Fn::GetAtt"][0]
+    granted = [s for r in resources.values() if r["Type"] == "AWS::IAM::Policy" and {"Ref": role} in r["Properties"]["Roles"]
+               for s in statements(r)]
+    return integration, granted
+
+
+def test_api_gateways_sagemaker_integration_takes_our_endpoints_built_or_imported(stack, serving, image):
+    """CDK's own consumer of aws_sagemaker.IEndpoint is the judge: it reads endpoint_name and calls grant_invoke
+    (before EndpointBase implemented the interface: "this.endpoint.grantInvoke is not a function")."""
+    built = PEagleEndpoint(stack, "Serving", model=ModelProps(serving=serving), image=image,
+                           fleet=FleetProps(instance_type="ml.g6e.xlarge"))
+    endpoints = {
+        "built": (built, "Test-Serving", "test-serving"),
+        "byname": (PEagleEndpoint.from_endpoint_name(stack, "ByName", "Team-LLM"), "Team-LLM", "team-llm"),
+        "byarn": (PEagleEndpoint.from_endpoint_arn(stack, "ByArn", "arn:aws:sagemaker:eu-west-1:333333333333:"
+                                                   "endpoint/peagle-prod"), "peagle-prod", "peagle-prod"),
+    }
+    api = apigateway.RestApi(stack, "Api")
+    for path, (endpoint, _, _) in endpoints.items():
+        api.root.add_resource(path).add_method("POST", apigateway.SagemakerIntegration(endpoint))
+    template = Template.from_stack(stack).to_json()
+    for path, (endpoint, name, arn_name) in endpoints.items():
+        integration, granted = _integration(template, path)
+        uri = as_text(integration["Uri"])
+        assert ":apigateway:eu-west-1:runtime.sagemaker:path/" in uri, path
+        assert f"path/endpoints/{name}/invocations" in uri, path
+        # The integration's role may invoke exactly this endpoint, and nothing else.
+        (statement,) = granted
+        assert statement["Action"] == ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
+        assert statement["Resource"] == stack.resolve(endpoint.endpoint_arn), path
+        assert f":endpoint/{arn_name}" in as_text(statement["Resource"]), path
+
+
+def test_an_import_by_arn_is_in_the_arns_account_and_region(stack, serving, image):
+    imported = PEagleEndpoint.from_endpoint_arn(stack, "Prod", "arn:aws:sagemaker:us-east-2:444444444444:endpoint/p")
+    assert (imported.env.account, imported.env.region) == ("444444444444", "us-east-2")
+    assert imported.endpoint_ref.endpoint_arn == "arn:aws:sagemaker:us-east-2:444444444444:endpoint/p"
+    by_name = PEagleEndpoint.from_endpoint_name(stack, "Here", "here")
+    built = PEagleEndpoint(stack, "Serving", model=ModelProps(serving=serving), image=image,
+                           fleet=FleetProps(instance_type="ml.g6e.xlarge"))
+    for endpoint in (by_name, built):
+        assert (endpoint.env.account, endpoint.env.region) == ("333333333333", "eu-west-1")
+        assert endpoint.stack is Stack.of(stack)
 
 
 def test_an_endpoint_imported_by_name_grants_invoke_on_its_lower_cased_arn(stack):

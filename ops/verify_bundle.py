@@ -1,6 +1,6 @@
 """Check a staged bundle from an operator's machine before pinning it: `make verify-bundle`, or
 
-    python -m harness.verify_bundle --bundle s3://my-weights/bundles/gpt-oss-20b-p-eagle/ --sha256 <digest>
+    python -m ops.verify_bundle --bundle s3://my-weights/bundles/gpt-oss-20b-p-eagle/ --sha256 <digest>
 
 ``--bundle`` is the prefix given to `make stage-weights`; the bundle is ``<bundle>/<digest>/``. The check is the
 container's own (peagle_contract.bundle.verify_listing) on S3's listing and bytes: the manifest's digest, every
@@ -90,7 +90,7 @@ def verify(s3, bundle: str, expected: str, *, threads: int = DEFAULT_THREADS):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.verify_bundle", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ops.verify_bundle", description=__doc__.splitlines()[0])
     parser.add_argument("--bundle", required=True, help="s3://bucket/prefix/, the prefix given to stage-weights")
     parser.add_argument("--sha256", required=True, help="the manifest digest stage-weights printed (the pin)")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="objects hashed at once")

@@ -1,44 +1,25 @@
-"""The SageMaker Endpoint: updated in place (blue/green) and rolled back by alarms."""
+"""The bare SageMaker Endpoint (one ``CfnEndpoint``): updated in place (blue/green or rolling), rolled back by alarms.
+
+:class:`PEagleInferenceEndpoint` is the L2-like piece the composites are built from (a model on its own fleet,
+:mod:`peagle_constructs.single_model_endpoint`; a fleet of inference components, :mod:`peagle_constructs.components`);
+it creates no model, config, log group or alarm of its own.
+"""
 
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
-from aws_cdk import Stack, Token
 from constructs import Construct
 
 from peagle_constructs.break_glass import break_glass, mark_break_glass
 from peagle_constructs.deployment import DeploymentPolicy, RollbackAlarms
+from peagle_constructs.endpoint_base import EndpointBase
 from peagle_constructs.endpoint_config import PEagleEndpointConfig
-from peagle_constructs.endpoint_reference import EndpointBase, endpoint_arn
+from peagle_constructs.endpoint_names import check_endpoint_name
 from peagle_constructs.errors import ConfigError
-
-_ENDPOINT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-
-
-def check_endpoint_name(name: object, field_name: str = "endpoint_name") -> str:
-    if isinstance(name, str) and Token.is_unresolved(name):
-        return name  # another construct's attribute: SageMaker judges it at deploy time
-    if not isinstance(name, str) or not _ENDPOINT_NAME.match(name):
-        raise ConfigError(field_name, f"got {name!r}; allowed: 1-63 letters, digits and hyphens, "
-                          "starting and ending with a letter or digit")
-    return name
-
-
-def endpoint_name_for(scope: Construct, id: str, given: str | None) -> str:
-    """``given`` checked, or by default ``<stack name>-<id>`` made a valid endpoint name: stable across
-    deploys, unique within the account."""
-    if given is not None:
-        return check_endpoint_name(given)
-    stack_name = Stack.of(scope).stack_name
-    if Token.is_unresolved(stack_name):
-        raise ConfigError("endpoint_name", "required when the stack name is not known at synth time")
-    name = re.sub(r"[^A-Za-z0-9-]+", "-", f"{stack_name}-{id}").strip("-")
-    return check_endpoint_name(re.sub(r"-{2,}", "-", name)[:63].rstrip("-"))
 
 
 class PEagleInferenceEndpoint(EndpointBase):
@@ -60,8 +41,8 @@ class PEagleInferenceEndpoint(EndpointBase):
         deployment: DeploymentPolicy | None = None,
         rollback_alarms: Sequence[cloudwatch.IAlarm] = (),
     ) -> None:
-        super().__init__(scope, id)
-        self.endpoint_name = check_endpoint_name(endpoint_name)
+        super().__init__(scope, id, endpoint_name=check_endpoint_name(endpoint_name),
+                         variant_name=endpoint_config.variant_name)
         # A fleet of inference components has no model of its own to shift traffic to: each component rolls
         # out by itself, with its own rollback alarms (peagle_constructs.components).
         self.hosts_components = endpoint_config.instance_scaling is not None
@@ -70,7 +51,6 @@ class PEagleInferenceEndpoint(EndpointBase):
                               "None (give each component its rolling DeploymentPolicy)")
         self.deployment = deployment or DeploymentPolicy.all_at_once()
         self.deployment.validate(instance_count=endpoint_config.instance_count)
-        self.variant_name = endpoint_config.variant_name
         self.instance_count = endpoint_config.instance_count
         self._rollback = RollbackAlarms(rollback_alarms)
         self.cfn_endpoint = sagemaker.CfnEndpoint(
@@ -82,7 +62,6 @@ class PEagleInferenceEndpoint(EndpointBase):
         )
         if not self.hosts_components:
             mark_break_glass(self.cfn_endpoint)  # a hotfix deployed without rollback says so on the resource
-        self.endpoint_arn = endpoint_arn(self, self.endpoint_name)
 
     def add_rollback_alarm(self, alarm: cloudwatch.IAlarm) -> None:
         if self.hosts_components:

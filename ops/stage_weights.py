@@ -1,6 +1,6 @@
 """Put a target and its P-EAGLE drafter into an S3 bundle named by its content: `make stage-weights`, or
 
-    python -m harness.stage_weights --target openai/gpt-oss-20b --drafter amazon/GPT-OSS-20B-P-EAGLE \\
+    python -m ops.stage_weights --target openai/gpt-oss-20b --drafter amazon/GPT-OSS-20B-P-EAGLE \\
         --bundle s3://my-weights/bundles/gpt-oss-20b-p-eagle/ [--target-revision REV] [--drafter-revision REV]
 
 1. Each model is a local folder or a Hugging Face id (downloaded through huggingface_hub at a pinned
@@ -253,7 +253,7 @@ class _Progress:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.stage_weights", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ops.stage_weights", description=__doc__.splitlines()[0])
     parser.add_argument("--target", required=True, help="the target model: a Hugging Face id or a local folder")
     parser.add_argument("--drafter", required=True, help="its P-EAGLE head: a Hugging Face id or a local folder")
     parser.add_argument("--bundle", required=True,
