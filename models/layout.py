@@ -1,7 +1,7 @@
 """Write a tokenizer, a Llama target and an EAGLE-3 / P-EAGLE drafter head in the layout vLLM 0.32 loads.
 
 This module only knows the on-disk format; it does not decide the weights. Two callers use it:
-``models.random_pair`` (random, seeded weights in seconds, for tests) and the trained demo pair (real
+``models.tiny`` (random, seeded weights in seconds, for tests) and the trained demo pair (real
 weights). API, in the order a caller needs it:
 
 - :func:`write_tokenizer(out_dir, corpus=..., vocab_size=...)` trains a byte-level BPE tokenizer on a few
