@@ -4,7 +4,7 @@ self-distillation on coding tasks from the Python standard library; HumanEval is
     from models import real_pair
     pair = real_pair.build("bench")   # the benchmark's pair (several hours on 2 cores the first time)
     pair = real_pair.build("demo")    # a smaller recipe for `make demo` (minutes), same steps
-    pair = real_pair.build("compare") # the demo's data and head beside an EAGLE-3 head (minutes)
+    pair = real_pair.build("compare") # the demo's data: one-layer EAGLE-3 and P-EAGLE heads, and the demo's (minutes)
     real_pair.existing("bench")       # the pair if the cache holds it, else None (never builds)
 
 Steps, each cached by what it depends on (so an unchanged step is never redone):
@@ -128,14 +128,19 @@ RECIPES: dict[str, PairRecipe] = {
         serve="p_eagle", threads=2, validation_samples=48, min_acceptance_length=1.3),
     "demo": PairRecipe(data=_DEMO_DATA, heads=(_DEMO_HEAD,), serve="p_eagle", held_out_samples=8, gate_prompts=8,
                        threads=2, measure_serve_k=False),
-    # The demo's data and P-EAGLE head (shared through the cache) beside an EAGLE-3 head given the same CPU
-    # time: a side-by-side that builds in minutes (`bench/real_spec.py --recipe compare`).
+    # The demo's data: a one-layer EAGLE-3 head and a one-layer P-EAGLE head (the bench's shapes, the same bytes
+    # read per drafting pass; P-EAGLE at the demo head's steps), and the demo's two-layer head (shared through
+    # the cache) beside them. Builds in minutes: what the drafting cost at equal synthetic acceptance is measured
+    # with (`python -m bench.synthetic_sweep --recipe compare`: that cost does not depend on the weights), and
+    # a quick end-to-end side-by-side (`bench/real_spec.py --recipe compare`). The benchmark measures its K.
     "compare": PairRecipe(
         data=_DEMO_DATA,
         heads=(HeadRecipe("eagle3", parallel=False, layers=1,
                           training=_training(EAGLE3_DEMO_STEPS, batch=8, anchors=None, lr=3e-3, depth=4)),
+               HeadRecipe("p_eagle_1l", parallel=True, layers=1,
+                          training=_training(200, batch=8, anchors=32, lr=3e-3, depth=4, keep_decay=0.7)),
                _DEMO_HEAD),
-        serve="p_eagle", held_out_samples=8, gate_prompts=8, threads=2),
+        serve="p_eagle_1l", held_out_samples=8, gate_prompts=8, threads=2, measure_serve_k=False),
 }
 # The modules that turn features into heads: their source is part of the heads' cache key.
 TRAINER_SOURCES = [Path(__file__).resolve().parent / "trainer" / name
