@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 # The pull request's base: origin/main in a clone, else the local main branch.
 BASE ?= $(shell git rev-parse --verify -q origin/main >/dev/null && echo origin/main || echo main)
 
-.PHONY: setup setup-cdk synth test test-fast diff deploy destroy serve invoke demo models toy-models real-models stage-weights verify-bundle prune smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-features bench-synthetic bench-middleware bench-ping bench-drain bench-kernel bench-kernel-smoke rehearse clean
+.PHONY: setup setup-cdk synth test test-fast diff deploy destroy serve invoke demo models toy-models real-models stage-weights verify-bundle prune smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-features bench-synthetic bench-published bench-middleware bench-ping bench-drain bench-kernel bench-kernel-smoke rehearse clean
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
 
@@ -146,6 +146,11 @@ bench-features: setup
 # heads (builds them first if needed; PAIR=toy: the toy pair, minutes).
 bench-synthetic: setup
 	$(PY) -m bench.synthetic_sweep $(if $(PAIR),--pair $(PAIR)) $(if $(RECIPE),--recipe $(RECIPE))
+
+# The published P-EAGLE / EAGLE-3 figures (vLLM's blog, GPT-OSS-20B on a B200) split by the cost model into
+# acceptance and step time, beside this CPU's step lines from the synthetic sweep; arithmetic, no engine.
+bench-published: setup
+	$(PY) -m bench.published $(if $(PUBLISH),--publish)
 
 bench-middleware: setup
 	$(PY) -m bench.middleware_cost --layout $(or $(LAYOUT),paired)
