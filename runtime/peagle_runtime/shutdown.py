@@ -70,6 +70,9 @@ class Drain:
         if self.deadline is None:
             self.deadline = asyncio.get_running_loop().time() + self.budget_s
             self.event.set()
+            # When the loop took the signal in, which can be later than it came when the loop is held up.
+            print(f"peagle-serve: drain: began; open requests have {self.budget_s:g} s", file=sys.stderr,
+                  flush=True)
 
     def is_set(self) -> bool:
         return self.event.is_set()

@@ -1,5 +1,6 @@
-"""A second P-EAGLE engine with another K: one drafter pass per step again, then SIGTERM with streams open
-(the drain, inside SageMaker's own bound: SIGKILL 30 s after SIGTERM); a third whose engine core dies under it."""
+"""A second P-EAGLE engine with another K: one drafter pass per step again; SIGTERM with a stream open, one the
+budget holds and one it does not, each on a server of its own (the drain, inside SageMaker's own bound:
+SIGKILL 30 s after SIGTERM); an engine whose core dies under it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,16 +26,21 @@ pytestmark = pytest.mark.engine
 
 K = 7
 DRAIN_S = 6  # the fixture's drain budget (PEAGLE_DRAIN_SECONDS); SageMaker's default here is 20 s
+MAX_MODEL_LEN = 32768
+
+
+def _k7_server(untrained, log_dir: Path, name: str) -> RuntimeServer:
+    # Long enough for a stream that outlives the drain budget at any speed this machine runs the random
+    # model (its RoPE config says 2048, which vLLM would otherwise hold it to; 2 KiB of KV cache a token).
+    return RuntimeServer(target=untrained.target, drafter=untrained.drafter,
+                         serving=local_serving(num_speculative_tokens=K, max_model_len=MAX_MODEL_LEN),
+                         extra_env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "PEAGLE_DRAIN_SECONDS": str(DRAIN_S)},
+                         log_dir=log_dir, name=name, count_drafter_calls=True)
 
 
 @pytest.fixture(scope="module")
 def server_k7(untrained, tmp_path_factory):
-    # Long enough for a stream that outlives the drain budget at any speed this machine runs the tiny
-    # model (its RoPE config says 2048, which vLLM would otherwise hold it to).
-    srv = RuntimeServer(target=untrained.target, drafter=untrained.drafter,
-                        serving=local_serving(num_speculative_tokens=K, max_model_len=8192),
-                        extra_env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "PEAGLE_DRAIN_SECONDS": str(DRAIN_S)},
-                        log_dir=tmp_path_factory.mktemp("k7"), name="peagle-k7", count_drafter_calls=True)
+    srv = _k7_server(untrained, tmp_path_factory.mktemp("k7"), "peagle-k7")
     try:
         yield srv.start().wait_ready()
     finally:
@@ -58,82 +66,146 @@ EXIT_WITHIN_S = 25
 JSON = {"content-type": "application/json"}
 
 
-def _stream(base: str, body: dict, events: list[str], errors: list[BaseException], first: threading.Event) -> None:
+# Reads one stream in a process of its own and writes every SSE data field to a file, one per line. As a thread
+# of the test's process, a reader taking ~400 events a second starved the others (most likely the GIL's convoy
+# effect on back-to-back socket reads): the main thread's 0.5 s sleep before SIGTERM once took 7 s, and a
+# second stream's request went out only after the first had ended.
+_READER = """
+import json, sys, httpx
+url, body, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+with open(out, "w") as f, httpx.Client(timeout=120) as client, client.stream("POST", url, json=body) as r:
+    f.write(f"status {r.status_code}\\n"); f.flush()
+    for line in r.iter_lines():
+        if line.startswith("data: "):
+            f.write(line[6:] + "\\n")
+"""
+
+
+def _start_stream(base: str, tokens: int, out: Path) -> subprocess.Popen:
+    body = {"prompt": "Once upon a time", "max_tokens": tokens, "ignore_eos": True, "stream": True}
+    return subprocess.Popen([sys.executable, "-c", _READER, base + "/invocations", json.dumps(body), str(out)],
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _steady_pace(base: str) -> float:
+    """Tokens/s of one stream now (the machine's load moves it), from the difference of two lengths so that a
+    request's fixed cost does not hide it: a 200-token request alone read it slow enough that an 8000-token
+    stream once finished before the drain began."""
+    def seconds_for(tokens: int) -> float:
+        t0 = time.monotonic()
+        httpx.post(base + "/invocations", json={"prompt": "Once upon a time", "max_tokens": tokens,
+                                                "ignore_eos": True}, timeout=120).raise_for_status()
+        return time.monotonic() - t0
+
+    return 800 / max(seconds_for(1000) - seconds_for(200), 1e-3)
+
+
+DRAIN_BEGAN = "peagle-serve: drain: began"
+
+
+def _sigterm_with_one_stream(untrained, log_dir: Path, tokens: int, *, before_sigterm=None) -> dict:
+    """Start a server (SIGTERM ends it: one per drain), send it one stream, SIGTERM it 0.5 s later and wait for
+    the process: what came back. The drain's own stderr line must come while the stream is still open, or the
+    test would judge a drain of nothing."""
+    server = _k7_server(untrained, log_dir, "peagle-k7-drain").start().wait_ready()
     try:
-        with httpx.Client(timeout=120) as client, client.stream("POST", base + "/invocations", json=body) as r:
-            assert r.status_code == 200
-            for line in r.iter_lines():
-                if line.startswith("data: "):
-                    events.append(line[6:])
-                    first.set()
-    except BaseException as exc:  # noqa: BLE001 - reported by the test
-        errors.append(exc)
+        out = log_dir / "stream.txt"
+        reader = _start_stream(server.base, tokens, out)
+        sent = time.monotonic()
+        after = before_sigterm(server) if before_sigterm is not None else None
+        time.sleep(max(0.0, 0.5 - (time.monotonic() - sent)))  # an idle engine's first token: ~25 ms
+        server.proc.send_signal(signal.SIGTERM)
+        sigterm = time.monotonic()
+        began_while_open = False
+        while reader.poll() is None and not began_while_open:
+            began_while_open = DRAIN_BEGAN in server.tail(200)
+            time.sleep(0.02)
+        _, reader_errors = reader.communicate(timeout=SAGEMAKER_KILL_AFTER_S)
+        code = server.proc.wait(SAGEMAKER_KILL_AFTER_S)
+        took = time.monotonic() - sigterm
+        status, *events = out.read_text().splitlines()
+        got = {"status": status, "events": events, "reader": (reader.returncode, reader_errors[-2000:]),
+               "code": code, "took": took, "tail": server.tail(200), "lines": server.request_lines(),
+               "sent_to_sigterm_s": sigterm - sent, "after": after() if after is not None else None}
     finally:
-        first.set()
+        server.stop()
+    assert began_while_open, f"the drain began only after the stream had ended ({got['sent_to_sigterm_s']:.1f} s)"
+    return got
 
 
-def test_sigterm_drains_what_fits_the_budget_ends_the_rest_and_exits_before_sagemakers_kill(server_k7):
-    """SIGTERM with two streams open and a third request still uploading its body: the request not yet started
-    is answered 503 + Retry-After at once, and so is one arriving during the drain; the short stream (about a
-    third of the budget's worth of tokens) completes normally; the 8000-token stream runs until the budget ends,
-    then ends with an error event and [DONE], its line says aborted (503) with the tokens it had, one stderr line
-    says so; the process exits 0 soon after the budget, well inside SageMaker's 30 s."""
-    # The engine's pace now (the machine's load moves it): the short stream is sized to finish well inside.
-    t0 = time.monotonic()
-    r = httpx.post(server_k7.base + "/invocations", json={"prompt": "Once upon a time", "max_tokens": 200,
-                                                           "ignore_eos": True}, timeout=120)
-    pace = 200 / (time.monotonic() - t0)
-    assert pace * DRAIN_S < 6000, f"{pace:.0f} tokens/s: the 8000-token stream would fit the budget"
-    short_tokens = max(20, int(pace * DRAIN_S / 3))
-    before = {rec["request_id"] for rec in server_k7.request_lines()}
-
-    streams = {name: ([], [], threading.Event()) for name in ("short", "long")}
-    readers = [threading.Thread(target=_stream, args=(server_k7.base, {
-        "prompt": "Once upon a time", "max_tokens": tokens, "ignore_eos": True, "stream": True}, *streams[name]))
-        for name, tokens in (("long", 8000), ("short", short_tokens))]
-    for reader in readers:
-        reader.start()
-    assert all(first.wait(120) for _, _, first in streams.values())
-    uploading = socket.create_connection(("127.0.0.1", server_k7.port), timeout=30)
+def _refusals(server: RuntimeServer):
+    """Before SIGTERM: a request still uploading its body; 0.5 s into the drain: a new request. Returns what
+    gives back both answers once the server is gone."""
+    uploading = socket.create_connection(("127.0.0.1", server.port), timeout=30)
     uploading.sendall(b"POST /invocations HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
                       b"content-length: 40\r\n\r\n{\"prompt\": ")
-    time.sleep(0.3)
+    arriving: list[object] = []
 
-    server_k7.proc.send_signal(signal.SIGTERM)
-    sigterm = time.monotonic()
-    refused_mid_body = read_response_head(uploading)
-    time.sleep(0.5)
-    arriving = httpx.post(server_k7.base + "/invocations", json={"prompt": "x", "max_tokens": 2}, timeout=10)
-    for reader in readers:
-        reader.join(SAGEMAKER_KILL_AFTER_S)
-    code = server_k7.proc.wait(SAGEMAKER_KILL_AFTER_S)
-    took = time.monotonic() - sigterm
+    def arrive() -> None:
+        time.sleep(1.0)
+        try:
+            arriving.append(httpx.post(server.base + "/invocations", json={"prompt": "x", "max_tokens": 2},
+                                       timeout=SAGEMAKER_KILL_AFTER_S))
+        except httpx.HTTPError as exc:
+            arriving.append(exc)
 
-    short_events, short_errors, _ = streams["short"]
-    long_events, long_errors, _ = streams["long"]
-    FIGURES["SIGTERM drain"] = (f"budget {DRAIN_S} s: {short_tokens}-token stream completed; 8000-token stream ended "
-                                f"after {len(long_events) - 2} events; exit {code} after {took:.1f} s")
-    assert code == 0, server_k7.tail()
-    assert took < EXIT_WITHIN_S, took
+    late = threading.Thread(target=arrive)
+    late.start()
+
+    def answers() -> tuple[bytes, object]:
+        late.join(SAGEMAKER_KILL_AFTER_S)
+        return read_response_head(uploading), arriving[0] if arriving else None
+
+    return answers
+
+
+def test_sigterm_lets_a_stream_that_fits_the_budget_finish_and_refuses_what_comes_after(server_k7, untrained,
+                                                                                        tmp_path):
+    """SIGTERM with a stream open (about a quarter of the budget's worth of tokens) and a request still
+    uploading its body: the upload is answered 503 + Retry-After at once, so is a request arriving during the
+    drain, and the stream completes normally; the process exits 0 well inside SageMaker's 30 s."""
+    pace = _steady_pace(server_k7.base)
+    tokens = max(20, int(pace * DRAIN_S / 4))
+    got = _sigterm_with_one_stream(untrained, tmp_path, tokens, before_sigterm=_refusals)
+    refused_mid_body, arriving = got["after"]
+    FIGURES["SIGTERM drain, a stream that fits"] = (
+        f"budget {DRAIN_S} s at {pace:.0f} tokens/s: {tokens}-token stream completed; exit {got['code']} "
+        f"after {got['took']:.1f} s")
+    assert got["code"] == 0 and got["took"] < EXIT_WITHIN_S, (got["code"], got["took"], got["tail"])
     assert refused_mid_body.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in refused_mid_body.lower()
+    assert isinstance(arriving, httpx.Response), arriving
     assert arriving.status_code == 503 and arriving.headers["retry-after"] == "1"
-    assert not short_errors and not long_errors, (short_errors, long_errors)
-    # The short stream completed: a finish reason of its own, no error.
-    assert short_events[-1] == "[DONE]"
-    short_chunks = [json.loads(e) for e in short_events[:-1]]
-    assert short_chunks[-1]["choices"][0]["finish_reason"] == "length"
-    assert not any("error" in c for c in short_chunks)
-    # The long one ran until the budget ended, then got the drain's error event.
-    assert long_events[-1] == "[DONE]"
-    last = json.loads(long_events[-2])
+    assert got["status"] == "status 200" and got["reader"][0] == 0, got["reader"]
+    events = got["events"]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert not any("error" in c for c in chunks)
+    (line,) = [rec for rec in got["lines"] if rec["request_id"] == chunks[0]["id"]]
+    assert line["status"] == 200 and line["output_tokens"] == tokens
+
+
+def test_sigterm_ends_a_stream_the_budget_cannot_hold_with_an_error_event(server_k7, untrained, tmp_path):
+    """SIGTERM with a stream open that the budget cannot hold: it runs until the budget ends, then ends with an
+    error event and [DONE], its line says aborted (503) with the tokens it had, one stderr line says so; the
+    process exits 0 soon after the budget, well inside SageMaker's 30 s."""
+    pace = _steady_pace(server_k7.base)
+    tokens = min(MAX_MODEL_LEN - 64, max(8000, int(2 * pace * (DRAIN_S + 4))))
+    assert pace * (DRAIN_S + 4) < tokens, f"{pace:.0f} tokens/s: no stream the engine holds outlasts the drain"
+    got = _sigterm_with_one_stream(untrained, tmp_path, tokens)
+    events = got["events"]
+    FIGURES["SIGTERM drain, a stream that does not fit"] = (
+        f"budget {DRAIN_S} s at {pace:.0f} tokens/s: {tokens}-token stream ended after {len(events) - 2} events; "
+        f"exit {got['code']} after {got['took']:.1f} s")
+    assert got["code"] == 0 and got["took"] < EXIT_WITHIN_S, (got["code"], got["took"], got["tail"])
+    assert got["status"] == "status 200" and got["reader"][0] == 0, got["reader"]
+    assert events[-1] == "[DONE]"
+    last = json.loads(events[-2])
     assert last["error"]["code"] == 503 and "shutting down" in last["error"]["message"], last
-    lines = {rec["request_id"]: rec for rec in server_k7.request_lines() if rec["request_id"] not in before}
-    short_line = lines[short_chunks[0]["id"]]
-    long_line = lines[json.loads(long_events[0])["id"]]
-    assert short_line["status"] == 200 and short_line["output_tokens"] == short_tokens
-    assert long_line["status"] == 503 and short_tokens < long_line["output_tokens"] < 8000, long_line
-    assert "aborted: still open when the 6 s budget after SIGTERM ran out" in server_k7.tail(200)
-    assert DRAIN_S - 1 < took, took  # it drained rather than cutting at once
+    (line,) = [rec for rec in got["lines"] if rec["request_id"] == json.loads(events[0])["id"]]
+    assert line["status"] == 503 and 0 < line["output_tokens"] < tokens, line
+    assert f"aborted: still open when the {DRAIN_S} s budget after SIGTERM ran out" in got["tail"]
+    assert DRAIN_S - 1 < got["took"], got["took"]  # it drained rather than cutting at once
 
 
 @pytest.fixture(scope="module")
