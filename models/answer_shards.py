@@ -187,21 +187,32 @@ def samples(folder: Path, out: Path, *, messages: Sequence[list[dict]]) -> Path:
     return out / distill.SAMPLES
 
 
-def committed(messages: Sequence[list[dict]], *, max_tokens: int, target: Path, vllm_version: str) -> Path | None:
+def committed(messages: Sequence[list[dict]], *, max_tokens: int, target: Path, vllm_version: str,
+              log: Callable[[str], None] = print) -> Path | None:
     """The committed answers folder for exactly these tasks, answered by this target and engine (every shard
-    there and hashed as its manifest says), else None."""
+    there and hashed as its manifest says), else None. Each folder passed over is logged with why: a refusal
+    costs an hour or more of answering again, so it must not pass unseen."""
     wanted = tasks_sha256(messages)
+    files = target_files_sha256(target)
     for manifest_path in sorted(ANSWERS_DIR.glob(f"*/{MANIFEST}")):
         manifest = json.loads(manifest_path.read_text())
-        if (manifest.get("format") != FORMAT or manifest["tasks"]["sha256"] != wanted
-                or manifest["max_tokens"] != max_tokens or manifest["engine"]["vllm"] != vllm_version
-                or manifest["target"]["files_sha256"] != target_files_sha256(target)):
-            continue
-        try:
-            verify(manifest_path.parent, messages=messages)
-        except ShardError:
-            continue  # incomplete (still being built) or damaged: the engine answers instead
-        return manifest_path.parent
+        pinned = manifest.get("target", {}).get("files_sha256", {})
+        engine = manifest.get("engine", {}).get("vllm")
+        why = ("its format differs" if manifest.get("format") != FORMAT else
+               "its task list differs" if manifest["tasks"]["sha256"] != wanted else
+               f"its max_tokens is {manifest['max_tokens']}, not {max_tokens}" if manifest["max_tokens"] != max_tokens
+               else f"its vLLM is {engine}, not {vllm_version}" if engine != vllm_version else None)
+        if why is None and pinned != files:
+            differ = sorted(name for name in set(pinned) | set(files) if pinned.get(name) != files.get(name))
+            why = f"its target differs in {', '.join(differ)}"
+        if why is None:
+            try:
+                verify(manifest_path.parent, messages=messages)
+            except ShardError as exc:  # incomplete (still being built) or damaged: the engine answers instead
+                why = f"its shards fail their check ({str(exc)[:200]})"
+        if why is None:
+            return manifest_path.parent
+        log(f"models/answers/{manifest_path.parent.name} not used: {why}")
     return None
 
 

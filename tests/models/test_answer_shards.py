@@ -112,3 +112,52 @@ def test_answers_are_stored_compactly():
     sizes = [p.stat().st_size for p in BENCH.glob("shard-*.npz")]
     tokens = sum(int(np.load(p)["tokens"].size) for p in BENCH.glob("shard-*.npz"))
     assert sum(sizes) < 2.5 * tokens  # uint16, compressed: under 2.5 bytes a token
+
+
+def _target(folder: Path, tokenizer_config: dict) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"hidden_size": 8}\n')
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n")
+    return folder
+
+
+def test_committed_answers_serve_the_target_they_pin_and_a_refusal_names_the_file(tmp_path, messages,
+                                                                                 monkeypatch):
+    # The committed answers, pinned to a stand-in target; then a target that differs in one file.
+    answers = tmp_path / "answers"
+    shutil.copytree(BENCH, answers / "bench")
+    target = _target(tmp_path / "target", {"bos_token": "<s>", "local_files_only": False})
+    manifest = json.loads((answers / "bench" / answer_shards.MANIFEST).read_text())
+    manifest["target"]["files_sha256"] = answer_shards.target_files_sha256(target)
+    (answers / "bench" / answer_shards.MANIFEST).write_text(json.dumps(manifest, indent=1))
+    monkeypatch.setattr(answer_shards, "ANSWERS_DIR", answers)
+    said: list[str] = []
+    found = answer_shards.committed(messages, max_tokens=manifest["max_tokens"], target=target,
+                                    vllm_version=manifest["engine"]["vllm"], log=said.append)
+    assert found == answers / "bench" and said == []
+
+    other = _target(tmp_path / "offline-target", {"bos_token": "<s>", "local_files_only": True})
+    assert answer_shards.committed(messages, max_tokens=manifest["max_tokens"], target=other,
+                                   vllm_version=manifest["engine"]["vllm"], log=said.append) is None
+    assert said == ["models/answers/bench not used: its target differs in tokenizer_config.json"]
+    assert answer_shards.committed(messages, max_tokens=manifest["max_tokens"], target=target,
+                                   vllm_version="0.99.0", log=said.append) is None
+    assert "its vLLM is 0.32.0, not 0.99.0" in said[-1]
+
+
+def test_the_targets_tokenizer_config_does_not_record_how_its_builder_was_run(tmp_path):
+    # save_pretrained records local_files_only as the loader ran (true under HF_HUB_OFFLINE=1): settled, an
+    # offline build and an online one write the same bytes, the bytes the committed answers pin.
+    from models import smollm2
+
+    built = {}
+    for offline in (True, False):
+        path = tmp_path / f"offline-{offline}.json"
+        path.write_text(json.dumps({"bos_token": "<s>", "is_local": True, "local_files_only": offline}, indent=2))
+        smollm2.settle_tokenizer_config(path)
+        built[offline] = path.read_bytes()
+    assert built[True] == built[False] and json.loads(built[True])["local_files_only"] is False
+    untouched = tmp_path / "no-record.json"
+    untouched.write_text(json.dumps({"bos_token": "<s>"}))
+    smollm2.settle_tokenizer_config(untouched)
+    assert "local_files_only" not in json.loads(untouched.read_text())
