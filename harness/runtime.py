@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from peagle_contract.capture import is_record_line
 from peagle_contract.request_log import parse_line
 from peagle_contract.serving import SPECULATIVE_CONFIG_VAR, ServingConfig, environment_to_argv
 
@@ -224,6 +225,11 @@ class LocalRuntime:
         useful = [line for line in self.tail(200).splitlines()
                   if line.strip() and "warn" not in line.lower() and "Triton" not in line]
         return useful[-1].split("] ")[-1][:60] if useful else ""
+
+    def capture_lines(self) -> list[str]:
+        """The capture records the server printed so far, as it wrote them (peagle_contract.capture)."""
+        text = self.stdout_path.read_text(errors="replace") if self.stdout_path.exists() else ""
+        return [line for line in text.splitlines() if is_record_line(line)]
 
     def request_lines(self) -> list[dict]:
         """The per-request records the server printed so far (the lines CloudWatch's metric filters read)."""

@@ -119,9 +119,25 @@ class EnvironmentConfig:
                                                            and self.shared_account_reason.strip()):
             raise ConfigError(f"{self.name}.shared_account_reason", f"got {str(self.shared_account_reason)[:40]!r}; "
                               "allowed: None (an account of its own) or a sentence saying why the account is shared")
+        self._check_capture()
         if self.weights_key_arn is not None and not _KMS_KEY_ARN.match(str(self.weights_key_arn)):
             raise ConfigError(f"{self.name}.weights_key_arn", f"got {self.weights_key_arn!r}; allowed: a KMS key ARN "
                               "'arn:aws:kms:<region>:<account>:key/<key id>'")
+
+    def _check_capture(self) -> None:
+        """Records name the stage and target they came from, and the drafter's trainer refuses others: so a
+        config that names another stage (a Dev copied from Prod's) would pass its traffic off as that stage's."""
+        capture = self.model.serving.capture
+        if capture is None:
+            return
+        if capture.stage != self.name.lower():
+            raise ConfigError(f"{self.name}.model.serving.capture.stage",
+                              f"got {capture.stage[:40]!r}; allowed: {self.name.lower()!r}, this environment's own")
+        preset = self.model.preset
+        if preset is not None and capture.target != preset.served_model_name:
+            raise ConfigError(f"{self.name}.model.serving.capture.target",
+                              f"got {capture.target[:40]!r}; allowed: {preset.served_model_name!r}, the target the "
+                              f"{preset.name} preset serves")
 
     def _check_hosting(self) -> None:
         hosting = self.hosting

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from peagle_contract.bundle import MANIFEST_DIGEST_VAR, BundleError, verify_bundle
+from peagle_contract.capture import parse_capture
 from peagle_contract.drafter import DrafterCheckError, check_drafter_dir
 from peagle_contract.serving import (
     ENV_PREFIX,
@@ -179,6 +180,7 @@ def build_command(env: Mapping[str, str], extra_args: Sequence[str] = (), *,
         drain_s = drain_budget_from_environment(env)  # the middleware's knobs: refused here, not at the first request
         workers_from_environment(env)
         parse_request_capabilities(env)
+        parse_capture(env)
     except (ValueError, ServingConfigError) as exc:
         raise EntrypointError(str(exc)) from None
 

@@ -22,7 +22,9 @@ For POSTs to /invocations, /v1/completions and /v1/chat/completions it
 7. on SIGTERM drains (:mod:`peagle_runtime.shutdown`), and makes the process exit non-zero when vLLM's server
    shuts down because its engine died;
 8. says on every answer what the engine runs - K, drafter, method, vLLM release - in the header SageMaker hands
-   the client as ``CustomAttributes`` (:mod:`peagle_runtime.served_statement`), for the deploy checks.
+   the client as ``CustomAttributes`` (:mod:`peagle_runtime.served_statement`), for the deploy checks;
+9. when the serving config turns capture on, writes a record of the prompt and answer of a sample of the requests
+   that completed (:mod:`peagle_runtime.capture`), after the request's line; a capture fault never fails a request.
 
 The reading of a response and its figures are :mod:`peagle_runtime.response_measure`'s. A request refused
 before vLLM saw it gets no line (SageMaker's own 4XX metric counts it).
@@ -39,6 +41,7 @@ from typing import Any, Awaitable, Callable
 from peagle_contract.request_log import format_line
 from peagle_contract.serving import parse_request_capabilities
 
+from peagle_runtime.capture import Capturer, Sampled
 from peagle_runtime.check_pool import CheckPool, InlineChecks, workers_from_environment
 from peagle_runtime.header_checks import check_headers
 from peagle_runtime.refusals import Rejection, cut_error_body
@@ -84,6 +87,7 @@ class RequestMetricsMiddleware:
             workers_from_environment(os.environ), inline=RequestValidator.from_vllm(capabilities=self.capabilities))
         self.drain = Drain(drain_budget_from_environment(os.environ))  # begun on SIGTERM / SIGINT
         self.statement = Statement()  # what the engine runs, on every answer (SageMaker's CustomAttributes)
+        self.capture = Capturer.from_environment(os.environ, emit=emit)  # None: no request is recorded
 
     @property
     def shutting_down(self) -> asyncio.Event:
@@ -114,10 +118,14 @@ class RequestMetricsMiddleware:
         if isinstance(checked, Rejection):
             await _send_rejection(send, checked)
             return
+        sampled = self.capture.take(body) if self.capture is not None else None  # the body the client sent
         body = checked.body if checked.body is not None else body
         measure = ResponseMeasure(route=path, stream=checked.stream, drop_usage_event=checked.drop_usage_event,
                                   strip_event_usage=checked.strip_event_usage, arrival=arrival)
-        exchange = _Exchange(self, measure, body, receive, send, grammar_field=checked.grammar_field)
+        if sampled is not None:
+            measure.gather_answer()
+        exchange = _Exchange(self, measure, body, receive, send, grammar_field=checked.grammar_field,
+                             sampled=sampled)
         await exchange.run(_with_body_length(scope, len(body)))
 
     def _refusal_before_body(self, scope: Scope) -> Rejection | None:
@@ -167,11 +175,17 @@ class RequestMetricsMiddleware:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    def log(self, measure: ResponseMeasure, *, client_gone: bool) -> None:
+    def log(self, measure: ResponseMeasure, *, client_gone: bool, sampled: Sampled | None = None) -> None:
         measure.logged = True
         rec = measure.record(now=time.perf_counter(), client_gone=client_gone, shut_down=self.drain.is_set())
-        if rec is not None:
-            self.emit(format_line(rec))
+        if rec is None:
+            return
+        self.emit(format_line(rec))
+        if sampled is not None and self.capture is not None:
+            self.capture.write(sampled, request_id=str(rec["request_id"]), route=measure.route, stream=measure.stream,
+                               status=int(rec["status"]), answer=measure.captured_answer(),
+                               finish_reason=measure.finish_reason, prompt_tokens=int(rec["prompt_tokens"]),
+                               output_tokens=int(rec["output_tokens"]))
 
 
 class _Exchange:
@@ -179,8 +193,10 @@ class _Exchange:
     client's disconnect noticed, and its line written however it ends."""
 
     def __init__(self, middleware: RequestMetricsMiddleware, measure: ResponseMeasure, body: bytes,
-                 receive: Receive, send: Send, *, grammar_field: str | None = None) -> None:
+                 receive: Receive, send: Send, *, grammar_field: str | None = None,
+                 sampled: Sampled | None = None) -> None:
         self.middleware, self.measure, self.body = middleware, measure, body
+        self.sampled = sampled
         self.receive, self.send = receive, send
         self.grammar_field = grammar_field
         self.sent_body = False
@@ -202,7 +218,8 @@ class _Exchange:
             listener.cancel()
             # A response that never ended - the client left, vLLM aborted or failed - still gets its line.
             if not self.measure.logged:
-                self.middleware.log(self.measure, client_gone=self.client_gone or self.gone.is_set())
+                self.middleware.log(self.measure, client_gone=self.client_gone or self.gone.is_set(),
+                                    sampled=self.sampled)
 
     async def _listen(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":
@@ -304,7 +321,7 @@ class _Exchange:
         measure.finished = time.perf_counter()
         if not measure.stream:
             measure.finish_body()
-        self.middleware.log(measure, client_gone=self.client_gone)
+        self.middleware.log(measure, client_gone=self.client_gone, sampled=self.sampled)
 
 
 async def _written() -> None:

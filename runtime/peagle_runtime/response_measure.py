@@ -50,12 +50,46 @@ class ResponseMeasure:
         self.text_seen = False  # an event carried generated text: later events take the short read
         self._pending = b""  # a stream's incomplete SSE event, held until its end arrives
         self._body = bytearray()  # a whole body, parsed at its end
+        # Choice 0's text, gathered only for a request the capture sampled (peagle_runtime.capture): then every
+        # event is read whole. ``answer_unrecordable``: a part a record cannot hold (another choice, reasoning, a
+        # tool call).
+        self.answer: list[str] | None = None
+        self.finish_reason: str | None = None
+        self.answer_unrecordable = False
+
+    def gather_answer(self) -> None:
+        self.answer = []
+
+    def captured_answer(self) -> str | None:
+        """The answer's whole text, for the capture; None when it was not gathered or cannot be recorded."""
+        return None if self.answer is None or self.answer_unrecordable else "".join(self.answer)
+
+    def _gather(self, choices: list, *, whole: bool) -> None:
+        if whole and len(choices) != 1:
+            self.answer_unrecordable = True
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            if choice.get("index", 0) != 0:
+                self.answer_unrecordable = True
+                continue
+            part = choice.get("message" if whole else "delta")
+            if isinstance(part, dict):
+                if part.get("reasoning_content") or part.get("reasoning") or part.get("tool_calls"):
+                    self.answer_unrecordable = True
+                text = part.get("content")
+            else:
+                text = choice.get("text")
+            if isinstance(text, str):
+                self.answer.append(text)  # type: ignore[union-attr] - gathered only once gather_answer ran
+            if isinstance(choice.get("finish_reason"), str):
+                self.finish_reason = choice["finish_reason"]
 
     # -- streams -----------------------------------------------------------------------------------
     def stream_chunk(self, chunk: bytes) -> tuple[bytes, bool]:
         """(what to forward: whole SSE events as the client asked for them, whether they carry generated text).
         What is forwarded is ``chunk`` itself (the same object) when nothing in it had to change."""
-        if self.text_seen and not self._pending:
+        if self.text_seen and not self._pending and self.answer is None:
             forward = self._pass_ordinary(chunk)
             if forward is not None:
                 return forward, False
@@ -130,6 +164,8 @@ class ResponseMeasure:
         choices = obj.get("choices") or []
         generated = any(_generated(c) for c in choices if isinstance(c, dict))
         self.text_seen = self.text_seen or generated
+        if self.answer is not None and isinstance(choices, list):
+            self._gather(choices, whole=False)
         if any(isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices):
             self.aborted = True
         if obj.get("usage"):
@@ -156,6 +192,9 @@ class ResponseMeasure:
             self.request_id = obj.get("id")
             self.usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
             self.metrics = obj.get("metrics") if isinstance(obj.get("metrics"), dict) else None
+            if self.answer is not None:
+                choices = obj.get("choices")
+                self._gather(choices if isinstance(choices, list) else [], whole=True)
 
     # -- the line ----------------------------------------------------------------------------------------
     def outcome(self, *, client_gone: bool, shut_down: bool = False) -> int:

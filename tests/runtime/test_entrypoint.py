@@ -171,6 +171,11 @@ REFUSALS = [
     ("multi-line", lambda p, t: {**_env_for(p), "SM_VLLM_MAX_MODEL_LEN": "512\n--api-key x"}, "single line"),
     ("port-override", lambda p, t: {**_env_for(p), "SM_VLLM_PORT": "9000"}, "SM_VLLM_PORT: not allowed"),
     ("fused-draft-switch", lambda p, t: {**_env_for(p), "PEAGLE_FUSED_DRAFT": "yes"}, "PEAGLE_FUSED_DRAFT: got 'yes'"),
+    ("capture-rate-above-one", lambda p, t: {**_env_for(p), "PEAGLE_CAPTURE": json.dumps(
+        {"sample_rate": 1.5, "stage": "dev", "target": "t"})}, "PEAGLE_CAPTURE.sample_rate: got 1.5; allowed: a number in (0, 1]"),
+    ("capture-not-json", lambda p, t: {**_env_for(p), "PEAGLE_CAPTURE": "0.1"}, "PEAGLE_CAPTURE: got keys 'float'"),
+    ("capture-unknown-key", lambda p, t: {**_env_for(p), "PEAGLE_CAPTURE": json.dumps(
+        {"sample_rate": 0.1, "stage": "dev", "target": "t", "bucket": "b"})}, "PEAGLE_CAPTURE: got keys"),
     ("no-spec", lambda p, t: {k: v for k, v in _env_for(p).items() if k != "SM_VLLM_SPECULATIVE_CONFIG"}, "is required"),
 ]
 

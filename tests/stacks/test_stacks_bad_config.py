@@ -8,7 +8,7 @@ import pytest
 from aws_cdk import App, Duration
 
 from peagle_constructs import (
-    AlarmThresholds, AutoscalingOptions, ComputeRequirements, CopyScaling, DeploymentPolicy, DetailedObservability,
+    AlarmThresholds, AutoscalingOptions, CaptureConfig, ComputeRequirements, CopyScaling, DeploymentPolicy, DetailedObservability,
     InstancePool, InstanceScaling, ServingConfigError,
 )
 from stacks.application import OFFLINE, build_app
@@ -115,6 +115,11 @@ CASES = [
     ("two-bundles-share-a-prefix", serving(drafter_model="s3://peagle-weights-dev/bundles/other/drafter/"),
      "target_model", "one folder below it"),
     ("bad-weights-key", dev(weights_key_arn="alias/weights"), "Dev.weights_key_arn", "a KMS key ARN"),
+    # A capture that names another stage would pass Dev's traffic off as Prod's to the drafter's trainer.
+    ("capture-of-another-stage", serving(capture=CaptureConfig(sample_rate=0.1, stage="prod", target="gpt-oss-20b")),
+     "Dev.model.serving.capture.stage", "'dev', this environment's own"),
+    ("capture-of-another-target", serving(capture=CaptureConfig(sample_rate=0.1, stage="dev", target="qwen3-8b")),
+     "Dev.model.serving.capture.target", "'gpt-oss-20b', the target the GPT-OSS-20B preset serves"),
     ("rolling-batch-too-large", hosting(PROD, deployment=DeploymentPolicy.rolling(percent=75)),
      "deployment.percent", "5..50"),
     ("publish-frequency", fleet(detailed_observability=DetailedObservability(publish_frequency=Duration.seconds(15))),

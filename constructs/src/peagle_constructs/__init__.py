@@ -4,6 +4,7 @@ Most users take :class:`PEagleEndpoint` (one model on its fleet) or :class:`PEag
 components: models sharing a fleet that can scale to zero); each piece they are built from is usable alone.
 """
 
+from peagle_contract.capture import CaptureConfig
 from peagle_contract.serving import ServingConfig, ServingConfigError
 
 from peagle_constructs.alarm_thresholds import AlarmThresholds
@@ -29,7 +30,7 @@ from peagle_constructs.security import NAG_PACKS, add_nag_packs
 from peagle_constructs.single_model_endpoint import AutoscalingOptions, PEagleEndpoint
 
 __all__ = [
-    "add_nag_packs", "AlarmSubscriber", "AlarmThresholds", "AlarmTopic", "AutoscalingOptions",
+    "add_nag_packs", "AlarmSubscriber", "AlarmThresholds", "AlarmTopic", "AutoscalingOptions", "CaptureConfig",
     "check_endpoint_name", "check_floor_above_zero", "ComponentAutoscaling", "ComputeRequirements",
     "ConfigError", "ContainerImage", "CopyScaling", "DeploymentPolicy", "DetailedObservability",
     "EndpointAutoscaling", "EndpointBase", "EndpointMonitoring", "FleetProps", "GPU_FAMILIES", "InstancePool",

@@ -45,6 +45,7 @@ from typing import Mapping
 
 from peagle_constructs.errors import ConfigError
 from peagle_constructs.instance_types import InstanceType
+from peagle_contract.capture import CaptureConfig
 from peagle_contract.serving import ServingConfig
 
 GIB = 1024 ** 3
@@ -94,7 +95,8 @@ class ModelPreset:
                 dtype: str | None = None, served_model_name: str | None = None,
                 extra_args: Mapping[str, str | int | float | bool] | None = None,
                 extra_environment: Mapping[str, str] | None = None, bundle_manifest_sha256: str | None = None,
-                request_capabilities: frozenset[str] | None = None) -> ServingConfig:
+                request_capabilities: frozenset[str] | None = None,
+                capture: CaptureConfig | None = None) -> ServingConfig:
         """The preset as a ServingConfig. Every keyword is a ServingConfig field; one left out (None) takes the
         preset's value (K, lengths, the served name, the card's flags) or else the contract's default.
         ``extra_args`` and ``extra_environment`` merge over the preset's."""
@@ -102,7 +104,7 @@ class ModelPreset:
                      num_speculative_tokens_per_batch_size=num_speculative_tokens_per_batch_size,
                      tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
                      dtype=dtype, bundle_manifest_sha256=bundle_manifest_sha256,
-                     request_capabilities=request_capabilities)
+                     request_capabilities=request_capabilities, capture=capture)
         return ServingConfig(
             target_model=target_model, drafter_model=drafter_model,
             max_model_len=self.max_model_len if max_model_len is None else max_model_len,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from peagle_contract.bundle import DRAFTER_DIR, MANIFEST_DIGEST_VAR, TARGET_DIR, BundleError, check_digest
+from peagle_contract.capture import CAPTURE_VAR, CaptureConfig
 
 ENV_PREFIX = "SM_VLLM_"
 SPECULATIVE_CONFIG_VAR = "SM_VLLM_SPECULATIVE_CONFIG"
@@ -170,6 +171,8 @@ class ServingConfig:
     # a step schedules, from 1 up. With parallel drafting vLLM 0.32 serves only K = num_speculative_tokens
     # or 0 (no drafting) in a range (see check_k_schedule); None: K is fixed.
     num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = None
+    # A sample of the requests served, recorded for the drafter's trainer (peagle_contract.capture); None: none.
+    capture: CaptureConfig | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -250,8 +253,10 @@ class ServingConfig:
                 raise ServingConfigError(where, f"got {type(value).__name__}; allowed: a string")
             check_single_line(value, where)
         check_request_capabilities(self.request_capabilities)
+        if self.capture is not None and not isinstance(self.capture, CaptureConfig):
+            raise ServingConfigError("capture", f"got {type(self.capture).__name__}; allowed: a CaptureConfig or None")
         rendered = (len(self._arguments()) + len(MODEL_RUNNER_ENV) + (self.bundle_manifest_sha256 is not None)
-                    + len(self.extra_environment) + bool(self.request_capabilities))
+                    + len(self.extra_environment) + bool(self.request_capabilities) + (self.capture is not None))
         if rendered > ENV_MAX_ENTRIES:
             raise ServingConfigError("extra_args", f"renders {rendered} environment variables; allowed: at most "
                                                    f"{ENV_MAX_ENTRIES} in all (SageMaker's limit on a container)")
@@ -285,6 +290,8 @@ class ServingConfig:
             env[MANIFEST_DIGEST_VAR] = self.bundle_manifest_sha256
         if self.request_capabilities:  # absent means none: a config without levers renders as it always did
             env[REQUEST_CAPABILITIES_VAR] = ",".join(sorted(self.request_capabilities))
+        if self.capture is not None:  # absent means off, as before capture existed
+            env[CAPTURE_VAR] = self.capture.render()
         check_environment_limits(env, "serving")
         return env
 
