@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 # The pull request's base: origin/main in a clone, else the local main branch.
 BASE ?= $(shell git rev-parse --verify -q origin/main >/dev/null && echo origin/main || echo main)
 
-.PHONY: setup setup-cdk synth test test-fast diff deploy destroy serve invoke demo models toy-models real-models stage-weights verify-bundle prune smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-features bench-synthetic bench-published bench-middleware bench-ping bench-drain bench-kernel bench-kernel-smoke rehearse clean
+.PHONY: setup setup-cdk synth test test-fast diff deploy destroy serve invoke demo models toy-models real-models stage-weights verify-bundle prune capture-export smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-features bench-synthetic bench-published bench-middleware bench-ping bench-drain bench-kernel bench-kernel-smoke rehearse clean
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
 
@@ -101,6 +101,11 @@ verify-bundle: setup
 # them, in case SageMaker rolled the endpoint back onto them): listed; DELETE=1 deletes them.
 prune: setup
 	$(PY) -m ops.prune --env $(ENV) --target $(TARGET) $(if $(DELETE),--delete)
+
+# A stage's traffic capture, out of its log group into OUT (docs/capture.md): make capture-export ENV=Dev OUT=captures/dev
+capture-export: setup
+	@test -n "$(OUT)" || { echo "capture-export: set OUT (the folder the capture is written to)" >&2; exit 2; }
+	$(PY) -m ops.capture_export --env $(ENV) --out "$(OUT)" $(if $(HOURS),--hours $(HOURS))
 
 # Does the endpoint answer? Through the real boto3 client: TARGET=local (a front door on loopback) or aws.
 smoke: setup

@@ -7,6 +7,7 @@
 - ``ops.stage_weights`` / ``ops.verify_bundle``: weights into a content-addressed S3 bundle, and the container's
   own check of it from an operator's machine;
 - ``ops.prune``: the models and endpoint configs no endpoint uses any more;
+- ``ops.capture_export``: a stage's traffic capture, out of its log group into a folder the drafter's trainer reads;
 - ``ops.promotion``: what the promotion workflows read from the cloud assembly they deploy;
 - ``ops.cdk``: the pinned CDK CLI, quietly (`make synth`), and the cloud assemblies it writes.
 

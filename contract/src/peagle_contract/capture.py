@@ -152,6 +152,10 @@ def _prompt_of(request: Mapping) -> dict | None:
     return {"prompt": prompt} if isinstance(prompt, str) else None
 
 
+# CloudWatch Logs' JSON filter pattern that selects capture records (and no request line) in a container's log group.
+FILTER_PATTERN = '{ $.%s = "%s" }' % (EVENT_FIELD, EVENT_NAME)
+
+
 def is_record_line(text: str) -> bool:
     """Whether a line of container output is a capture record (its first key is the event, as written)."""
     return text.startswith('{"%s":"%s"' % (EVENT_FIELD, EVENT_NAME))
