@@ -96,3 +96,22 @@ def _drop_a_stream(server) -> str:
         assert time.monotonic() < deadline, "the dropped stream never got its line"
         time.sleep(0.2)
     return rid
+
+
+def test_through_sagemaker_an_inference_components_whole_and_streamed_answers_are_recorded(capturing, tmp_path):
+    """The real boto3 client, naming the component, through the loopback front door: both operations."""
+    from harness.front_door import FrontDoor
+    from ops.sagemaker_client import invoke, invoke_stream, runtime_client
+
+    chat = {"messages": [{"role": "user", "content": "Say something."}], "max_tokens": 10, "ignore_eos": True}
+    with FrontDoor(backend=capturing.base, endpoints={"peagle-dev": "peagle-dev-model"}) as door:
+        client = runtime_client(endpoint_url=door.url)
+        whole = invoke(client, "peagle-dev", chat, component="peagle-dev-model")
+        streamed = invoke_stream(client, "peagle-dev", chat, component="peagle-dev-model")
+    capture = tmp_path / "capture.jsonl"
+    capture.write_text("".join(line + "\n" for line in capturing.capture_lines()))
+    records = read_records([capture], stage="dev", target="random-pair").records
+    answers = {(r["stream"], r["answer"]) for r in records if r["route"] == "/invocations"
+               and r.get("messages") == chat["messages"]}
+    assert (False, whole.body["choices"][0]["message"]["content"]) in answers
+    assert (True, streamed.text) in answers
