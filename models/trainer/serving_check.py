@@ -5,7 +5,8 @@ it drafts with the head from whole prompts. :func:`measure` runs each configurat
 speculative config) in a child process with its own engine (fp32, eager, greedy, one request at a time,
 after a warm-up request) and returns, per configuration: output tokens per second, acceptance length and
 acceptance per draft position from vLLM's spec-decode counters, and the greedy tokens (so a caller can
-check them against plain decoding).
+check them against plain decoding). ``per_prompt`` holds each prompt's own counters and time (the counters read
+around it), the rows :mod:`models.acceptance_stats` pools and bootstraps over prompts.
 """
 
 from __future__ import annotations
@@ -64,19 +65,26 @@ def _child(request_path: str, out_path: str) -> int:
     prompts = [{"prompt_token_ids": p} for p in request["prompts"]]
     llm.generate(prompts[:1], params, use_tqdm=False)  # warm-up: first-call costs stay out of the timing
     before = spec_metrics.from_engine(llm.get_metrics())
-    outputs, elapsed = [], 0.0
+    outputs, elapsed, per_prompt = [], 0.0, []
+    previous = before
     for prompt in prompts:
         started = time.perf_counter()
         result = llm.generate([prompt], params, use_tqdm=False)[0]
-        elapsed += time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        elapsed += seconds
         outputs.append(list(result.outputs[0].token_ids))
+        now = spec_metrics.from_engine(llm.get_metrics())  # read outside the timed call
+        own = now - previous
+        previous = now
+        per_prompt.append({"drafts": int(own.drafts), "accepted": [int(a) for a in own.accepted_per_position],
+                           "output_tokens": len(outputs[-1]), "seconds": round(seconds, 6)})
     spec = spec_metrics.from_engine(llm.get_metrics()) - before
     produced = sum(len(o) for o in outputs)
     Path(out_path).write_text(json.dumps({
         "tokens_per_s": round(produced / elapsed, 2), "output_tokens": produced,
         "acceptance_length": round(spec.acceptance_length, 3) if spec.drafts else None,
         "accepted_per_position": [round(x, 3) for x in spec.per_position_rates()],
-        "token_ids": outputs}))
+        "token_ids": outputs, "per_prompt": per_prompt}))
     return 0
 
 

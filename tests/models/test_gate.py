@@ -59,3 +59,21 @@ def test_a_ratio_above_the_margin_on_too_few_requests_is_refused():
 def test_rows_that_cannot_be_compared_are_refused_by_name(before, after, margin, message):
     with pytest.raises(ValueError, match=message):
         judge(before, after, k=K, margin=margin)
+
+
+@pytest.mark.engine
+def test_on_vllm_the_head_in_service_against_itself_is_refused_with_equal_figures(untrained):
+    """Both heads served by vLLM (the random pair's drafter as both): the same greedy tokens, the same counters per
+    request, so a ratio of exactly 1 and a refusal; tokens/s is reported beside it."""
+    from transformers import AutoTokenizer
+
+    from models.trainer.gate import measure
+
+    tokenizer = AutoTokenizer.from_pretrained(untrained.target)
+    prompts = [tokenizer(f"Once upon a time, number {i},")["input_ids"] for i in range(8)]
+    result = measure(untrained.target, in_service=untrained.drafter, candidate=untrained.drafter, prompts=prompts,
+                     k=3, margin=1.05, max_tokens=16, log=lambda line: None)
+    assert result.outputs_identical and result.requests == 8
+    assert result.al_before["value"] == result.al_after["value"] and result.al_ratio["value"] == 1.0
+    assert result.gate == REFUSED and "refused: the lower bound 1.000" in result.summary()
+    assert result.tokens_per_s_ratio["value"] > 0 and len(result.report()["notes"]) == 1

@@ -16,6 +16,7 @@ from runtime_server import RuntimeServer
 
 from harness.runtime import local_serving
 
+pytestmark = pytest.mark.engine
 CAPTURE = CaptureConfig(sample_rate=1.0, stage="dev", target="random-pair")
 
 
