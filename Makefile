@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 # The pull request's base: origin/main in a clone, else the local main branch.
 BASE ?= $(shell git rev-parse --verify -q origin/main >/dev/null && echo origin/main || echo main)
 
-.PHONY: setup setup-cdk synth test test-fast diff deploy destroy serve invoke demo models toy-models real-models stage-weights verify-bundle prune capture-export smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-features bench-synthetic bench-published bench-middleware bench-ping bench-drain bench-kernel bench-kernel-smoke rehearse clean
+.PHONY: setup setup-cdk synth test test-fast diff deploy destroy serve invoke demo models toy-models real-models stage-weights verify-bundle prune capture-export train-drafter smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-features bench-synthetic bench-published bench-middleware bench-ping bench-drain bench-kernel bench-kernel-smoke rehearse clean
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
 
@@ -106,6 +106,16 @@ prune: setup
 capture-export: setup
 	@test -n "$(OUT)" || { echo "capture-export: set OUT (the folder the capture is written to)" >&2; exit 2; }
 	$(PY) -m ops.capture_export --env $(ENV) --out "$(OUT)" $(if $(HOURS),--hours $(HOURS))
+
+# A stage's next P-EAGLE head from its own capture (docs/capture.md): trained, gated on vLLM, staged when it passes:
+#   make train-drafter ENV=dev CAPTURE=captures/dev [TARGET_MODEL=DIR DRAFTER_MODEL=DIR] [BUNDLE=s3://...] [K=] [CPU_SECONDS=]
+# Exit 1: the gate refused the candidate (both figures said, nothing staged); 2: a bad input, named.
+train-drafter: setup
+	@test -n "$(CAPTURE)" || { echo "train-drafter: set CAPTURE (a folder of capture files, or s3://bucket/prefix/)" >&2; exit 2; }
+	$(PY) -m ops.train_drafter --env $(ENV) --capture "$(CAPTURE)" $(if $(TARGET_MODEL),--target "$(TARGET_MODEL)") \
+		$(if $(DRAFTER_MODEL),--drafter "$(DRAFTER_MODEL)") $(if $(BUNDLE),--bundle "$(BUNDLE)") $(if $(K),--k $(K)) \
+		$(if $(CPU_SECONDS),--cpu-seconds $(CPU_SECONDS)) $(if $(MARGIN),--margin $(MARGIN)) \
+		$(if $(SERVED_NAME),--served-name "$(SERVED_NAME)")
 
 # Does the endpoint answer? Through the real boto3 client: TARGET=local (a front door on loopback) or aws.
 smoke: setup

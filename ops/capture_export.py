@@ -26,6 +26,8 @@ from typing import Any
 from peagle_contract.capture import FILTER_PATTERN, CaptureError, is_record_line, read_records
 from peagle_constructs.sagemaker_names import container_log_group
 
+from ops.stages import StageNameError, find_stage
+
 
 class ExportError(RuntimeError):
     pass
@@ -63,15 +65,6 @@ def export(logs: Any, *, log_group: str, out_dir: Path, stage: str, target: str,
             "log_lines_not_records": not_records}
 
 
-def _stage(env: str):  # noqa: ANN202 - an EnvironmentConfig
-    from stacks.environments import ENVIRONMENTS
-
-    for config in ENVIRONMENTS:
-        if config.name.lower() == env.lower():
-            return config
-    raise ExportError(f"--env: got {env[:40]!r}; allowed: {', '.join(c.name for c in ENVIRONMENTS)}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.capture_export", description=__doc__.splitlines()[0])
     parser.add_argument("--env", required=True)
@@ -80,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--region", default=None)
     args = parser.parse_args(argv)
     try:
-        config = _stage(args.env)
+        config = find_stage(args.env)
         capture = config.model.serving.capture
         if capture is None:
             raise ExportError(f"{config.name}.model.serving.capture: none; this stage records nothing (turn capture "
@@ -94,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                         log_group=container_log_group(config.endpoint_name, config.component_name), out_dir=args.out,
                         stage=capture.stage, target=capture.target, start_ms=end_ms - int(args.hours * 3_600_000),
                         end_ms=end_ms)
-    except (ExportError, CaptureError) as exc:
+    except (ExportError, StageNameError, CaptureError) as exc:
         print(f"capture-export: {exc}", file=sys.stderr)
         return 2
     print(f"capture-export: {result['records']} records -> {result['file']} ({result['duplicates']} delivered twice, "

@@ -14,7 +14,9 @@
    uploaded). Resuming an incomplete one, a file is skipped only when S3's own SHA-256 checksum of the object
    (computed by S3 from the bytes it stored) is the local file's; user metadata, which any writer sets, is
    never read. An object there that is not part of the bundle stops the stager before the manifest.
-4. It prints the digest to pin and the serving config's line for it; `make verify-bundle` checks the result.
+4. It prints the digest to pin and the serving config's line for it, and keeps the manifest in the checkout
+   (stacks/bundles/<digest>.json, committed with the pin: the stack diff reads it); `make verify-bundle` checks
+   the result.
 
 Any S3 endpoint boto3 accepts works (``AWS_ENDPOINT_URL`` or ``--endpoint-url``); credentials and region as
 boto3 finds them.
@@ -39,6 +41,12 @@ from peagle_contract.bundle import (
 from peagle_contract.drafter import DrafterCheckError, check_drafter_dir
 
 from peagle_constructs.weights import S3Prefix
+
+from ops.cdk import REPO_ROOT
+
+# Where a checkout keeps the manifest of each bundle a stage pins, as staged (<pin>.json): what the stack diff reads
+# to say whether a pin change swaps the drafter or the target (review.bundle_change). Relative to the repository.
+MANIFESTS_DIR = Path("stacks") / "bundles"
 
 # Files from this size on go up in parts of this size. S3's SHA-256 of a multipart object is composite (the
 # SHA-256 of the parts' SHA-256s, then "-<parts>"), so deciding "already there" needs the same part size here.
@@ -170,9 +178,10 @@ def _head(s3, bucket: str, key: str) -> dict | None:
 
 
 def stage(target: Source, drafter: Source, bundle: str, *, s3=None, log: Callable[[str], None] = print,
-          part_size: int = PART_SIZE, threads: int | None = None) -> dict:
+          part_size: int = PART_SIZE, threads: int | None = None, record_in: Path | None = None) -> dict:
     """Upload both models and the manifest under ``<bundle>/<manifest digest>/``; return what was done
-    ({"manifest_sha256", "bundle", "target_model", "drafter_model", "uploaded", "skipped", "existing", ...})."""
+    ({"manifest_sha256", "bundle", "target_model", "drafter_model", "uploaded", "skipped", "existing", ...}).
+    ``record_in``: a folder the manifest is also written to as ``<digest>.json`` once the bundle holds it."""
     import boto3
     from boto3.s3.transfer import TransferConfig
     from botocore.exceptions import ClientError
@@ -200,6 +209,7 @@ def stage(target: Source, drafter: Source, bundle: str, *, s3=None, log: Callabl
                              f"{digest(there)[:12]}..., expected {pin[:12]}...); allowed: nothing is written over an "
                              "existing bundle: find out who wrote it (`make verify-bundle` names what differs)")
         log(f"bundle {where.uri} already exists (its manifest is there): nothing uploaded")
+        _record(manifest, pin, record_in, log)
         return {**result, "existing": True, "seconds": round(time.monotonic() - started, 1)}
 
     config = TransferConfig(multipart_threshold=part_size, multipart_chunksize=part_size)
@@ -229,7 +239,16 @@ def stage(target: Source, drafter: Source, bundle: str, *, s3=None, log: Callabl
         raise StageError(f"{where.uri}{MANIFEST_NAME}: written by someone else while staging; nothing written over "
                          "it (check the bundle with `make verify-bundle`)") from None
     log(f"manifest written: {where.uri}{MANIFEST_NAME} (sha256 {pin})")
+    _record(manifest, pin, record_in, log)
     return {**result, "seconds": round(time.monotonic() - started, 1)}
+
+
+def _record(manifest: bytes, pin: str, folder: Path | None, log: Callable[[str], None]) -> None:
+    if folder is None:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{pin}.json").write_bytes(manifest)
+    log(f"manifest kept for the pull request: {folder / f'{pin}.json'}")
 
 
 def _strays(s3, where: S3Prefix, paths: set[str]) -> list[str]:
@@ -272,13 +291,14 @@ def main(argv: list[str] | None = None) -> int:
         target = resolve(args.target, revision=args.target_revision, role="target")
         # Progress on stderr; stdout is the result alone (JSON), for scripts.
         result = stage(target, drafter, args.bundle, s3=boto3.client("s3", endpoint_url=args.endpoint_url),
-                       log=lambda line: print(line, file=sys.stderr, flush=True))
+                       log=lambda line: print(line, file=sys.stderr, flush=True),
+                       record_in=REPO_ROOT / MANIFESTS_DIR)
     except StageError as exc:
         print(f"stage-weights: error: {exc}; no manifest written (a bundle is incomplete until it has one)",
               file=sys.stderr)
         return 2
     pin = result["manifest_sha256"]
-    print(f"pin it: bundle_manifest_sha256={pin!r}\n"
+    print(f"pin it: bundle_manifest_sha256={pin!r}, and commit {MANIFESTS_DIR.as_posix()}/{pin}.json beside the pin\n"
           f"check it: make verify-bundle BUNDLE={args.bundle} SHA256={pin}\n"
           f"config: ServingConfig(target_model={result['target_model']!r}, drafter_model={result['drafter_model']!r}, "
           f"bundle_manifest_sha256={pin!r}, ...)", file=sys.stderr)

@@ -27,12 +27,16 @@ import time
 from pathlib import Path
 
 from ops import cdk
+from review import bundle_change
+from review.bundle_change import Manifests, none
 from review.diff_markdown import render_markdown
 from review.synthesis import DiffError, Side, cli_diff, read_head, security_diff, synth_base, synth_head
 from review.verdicts import ENDPOINT, FAIL, Finding, StackReview, classify
 
 
-def review(repo: Path, base: Side, head: Side) -> list[StackReview]:
+def review(repo: Path, base: Side, head: Side, *, manifests: tuple[Manifests, Manifests] = (none, none)
+           ) -> list[StackReview]:
+    """Each stack's findings; ``manifests`` read the committed bundle manifests of the base and the head."""
     base_stacks = {s.display_name: s for s in cdk.list_stacks(base.assembly)}
     head_stacks = {s.display_name: s for s in cdk.list_stacks(head.assembly)}
     reviews = []
@@ -41,6 +45,8 @@ def review(repo: Path, base: Side, head: Side) -> list[StackReview]:
         r = StackReview(display_name=name, stack_name=(h or b).stack_name, new_stack=b is None, removed_stack=h is None,
                         template_sha256=h.template_sha256() if h else "")
         r.findings = classify(b.template() if b else None, h.template() if h else None)
+        r.findings += bundle_change.findings(b.template() if b else None, h.template() if h else None,
+                                             base=manifests[0], head=manifests[1])
         if h is not None:
             r.cli_diff = cli_diff(repo, head.assembly, b.template_path if b else None, name)
             if r.findings:
@@ -65,7 +71,11 @@ def run(*, repo: Path, base_ref: str, cache_dir: Path | None, context: dict[str,
             head = read_head(head_templates, head_dir / "assembly", base=base)
         else:
             head = synth_head(repo, head_dir, context=context)
-        reviews = review(repo, base, head)
+        # The base's manifests as blobs of its commit; the head's from the working tree it synthesized (a judge
+        # given the head's templates only has no manifests of the head: its pin changes are not named).
+        manifests = (bundle_change.at_commit(repo, base_ref),
+                     none if head_templates is not None else bundle_change.committed(repo))
+        reviews = review(repo, base, head, manifests=manifests)
     return render_markdown(reviews, base_label=base.label, head_label=head.label), reviews
 
 
