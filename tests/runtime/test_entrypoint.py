@@ -253,6 +253,8 @@ def test_a_pinned_bundle_is_verified_and_one_line_says_what_and_how_fast(untrain
                            f"({env[MANIFEST_DIGEST_VAR][:12]}...): {files} files, ")
     assert " MB in " in line and " MB/s, " in line and line.endswith(" threads)")
     assert child_env[entrypoint.LOADER_PATH_VAR] == entrypoint.NO_CUSTOM_CODE_DIR
+    # The server's statement names the bundle verified (peagle.bundle): the digest, set after the check.
+    assert child_env[entrypoint.VERIFIED_BUNDLE_VAR] == env[MANIFEST_DIGEST_VAR]
 
 
 def _flip_a_byte(root):
@@ -316,7 +318,9 @@ def test_a_pin_that_is_not_64_lowercase_hex_stops_the_start(untrained, tmp_path,
 
 
 def test_unpinned_weights_are_said_to_be_unverified_and_still_never_the_loaders_path(untrained, capsys):
-    _, child_env = build_command(_env_for(untrained))
+    # A model environment that claims a verified bundle is overwritten: only the check says one was verified.
+    _, child_env = build_command({**_env_for(untrained), entrypoint.VERIFIED_BUNDLE_VAR: "ab" * 32})
+    assert child_env[entrypoint.VERIFIED_BUNDLE_VAR] == "unpinned"
     assert "PEAGLE_BUNDLE_MANIFEST_SHA256 not set: the weights in /opt/ml/model are not verified" in capsys.readouterr().err
     assert (child_env[entrypoint.LOADER_PATH_VAR], child_env[entrypoint.LOADER_SCRIPT_VAR]) == (
         entrypoint.NO_CUSTOM_CODE_DIR, "model.py")

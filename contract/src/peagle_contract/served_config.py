@@ -8,6 +8,11 @@ environment it was given): K, the drafter as the server loaded it, the method, p
 release. `make deploy TARGET=aws`, `make smoke` and the promotion's smoke tests read it back and compare it with
 the model environment the stack deployed (:func:`expected_from_environment`). Standard library only.
 
+``bundle`` is the weights bundle the container verified before vLLM started (the manifest's SHA-256, or
+``unpinned``): with a bundle every drafter is mounted at the same path, so the drafter's path cannot tell one head
+from the next; the digest can. The entrypoint sets :data:`VERIFIED_BUNDLE_VAR` for the server after verifying, and
+always (a model environment that sets it is overwritten), and the statement reads that.
+
 The value is ``peagle.k=7;peagle.method=eagle3;...``: attributes this project owns start with ``peagle.``; each
 value is percent-encoded, so a path may hold any character.
 """
@@ -18,6 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Mapping
 from urllib.parse import quote, unquote
 
+from peagle_contract.bundle import MANIFEST_DIGEST_VAR
 from peagle_contract.serving import DYNAMIC_K_KEY, SPECULATIVE_CONFIG_VAR, parse_speculative_config
 
 HEADER = "X-Amzn-SageMaker-Custom-Attributes"
@@ -27,6 +33,9 @@ MAX_CHARS = 1024
 VLLM_RELEASE = "0.32.0"
 PREFIX = "peagle."
 _SAFE = "/:@-._~+"
+# Set by the entrypoint for vLLM's server: the digest of the bundle it verified, else UNPINNED.
+VERIFIED_BUNDLE_VAR = "PEAGLE_VERIFIED_BUNDLE"
+UNPINNED = "unpinned"
 
 
 class ServedConfigError(ValueError):
@@ -48,6 +57,7 @@ class ServedConfig:
     vllm: str
     # K by load as the engine schedules it: "fixed", or "first-last:K" ranges ("1-2:7,3-64:0").
     k_by_load: str = "fixed"
+    bundle: str = UNPINNED  # the manifest digest the container verified its weights against
 
     def render(self) -> str:
         parts = [f"{PREFIX}{f.name}={quote(_text(getattr(self, f.name)), safe=_SAFE)}" for f in fields(self)]
@@ -89,7 +99,7 @@ def parse(value: str | None) -> ServedConfig:
                                 "allowed: true or false")
     return ServedConfig(k=int(ours["k"]), drafter=ours["drafter"], method=ours["method"],
                         parallel_drafting=ours["parallel_drafting"] == "true", vllm=ours["vllm"],
-                        k_by_load=ours["k_by_load"])
+                        k_by_load=ours["k_by_load"], bundle=ours["bundle"])
 
 
 def expected_from_environment(env: Mapping[str, str]) -> ServedConfig:
@@ -97,7 +107,7 @@ def expected_from_environment(env: Mapping[str, str]) -> ServedConfig:
     spec = parse_speculative_config(env.get(SPECULATIVE_CONFIG_VAR) or "", SPECULATIVE_CONFIG_VAR)
     return ServedConfig(k=spec["num_speculative_tokens"], drafter=spec["model"], method=spec["method"],
                         parallel_drafting=spec["parallel_drafting"], vllm=VLLM_RELEASE,
-                        k_by_load=k_by_load(spec.get(DYNAMIC_K_KEY)))
+                        k_by_load=k_by_load(spec.get(DYNAMIC_K_KEY)), bundle=env.get(MANIFEST_DIGEST_VAR) or UNPINNED)
 
 
 def differences(*, expected: ServedConfig, served: ServedConfig) -> list[str]:
