@@ -4,8 +4,9 @@
     python3 -m review.head_artifact unpack --download DIR --into DIR                   (the judge, before it installs anything)
 
 ``pack`` keeps, of a cloud assembly, only each stack's template and an index of our own (``index.json``:
-display name, stack name, template file), flat, at the artifact's root. Nothing else leaves the pull
-request's job: no asset, no CDK manifest, nothing the CDK CLI would follow or run.
+display name, stack name, template file), flat, at the artifact's root, and the committed weights-bundle
+manifests (``<sha256>.bundle.json``, from stacks/bundles/): the stack diff reads them to name a pin change.
+Nothing else leaves the pull request's job: no asset, no CDK manifest, nothing the CDK CLI would follow or run.
 
 ``unpack`` runs in the judge, which holds a write token: the pull request controls every byte of the zip
 (its workflow file is its own, so it can upload any zip under the expected name), so the zip is read as
@@ -13,7 +14,8 @@ hostile. It is never extracted by a tool: each member is checked (a plain file n
 ``<stack name>.template.json`` at the root - so no folder, path, link or device -, not encrypted, stored or
 deflated, at most the sizes below both as declared and as actually inflated, names unique without regard to
 case) and each must parse as strict JSON (no NaN or Infinity, no repeated key) of the right shape; the
-index must list every template exactly once. Only then are the bytes written, under names this module
+index must list every template exactly once. A manifest member must hash to the digest its name carries, so it
+can only be the manifest some pin names (the diff still checks that pin). Only then are the bytes written, under names this module
 chooses, into a new folder. Any refusal names the member, what is allowed and what was found.
 """
 
@@ -35,14 +37,19 @@ TEMPLATE_SUFFIX = ".template.json"
 MAX_TEMPLATE_BYTES = 1 << 20
 MAX_INDEX_BYTES = 64 << 10
 MAX_STACKS = 30
-MAX_MEMBERS = MAX_STACKS + 1
 MAX_TOTAL_BYTES = 16 << 20  # inflated, all members together
 MAX_ZIP_BYTES = 16 << 20  # the file as downloaded
 # CloudFormation's stack-name rule; it also makes a safe file name (no separator, no dot-dot).
 STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
 # A stage's stack as the CDK names it: <Stage>/<Stack> (the stage is the first part: `cdk deploy 'Dev/*'`).
 DISPLAY_NAME = re.compile(r"^(?P<stage>[A-Za-z][A-Za-z0-9]{0,63})/[A-Za-z][A-Za-z0-9-]{0,63}$")
-MEMBER = re.compile(rf"^(?:{re.escape(INDEX)}|[A-Za-z][A-Za-z0-9-]{{0,127}}{re.escape(TEMPLATE_SUFFIX)})$")
+MANIFEST_SUFFIX = ".bundle.json"
+MANIFEST_MEMBER = re.compile(rf"^(?P<digest>[0-9a-f]{{64}}){re.escape(MANIFEST_SUFFIX)}$")
+MAX_MANIFESTS = 16  # a stage pins one bundle; base and head of three stages, with room
+MAX_MANIFEST_BYTES = 1 << 20  # a manifest lists a few hundred files at ~200 bytes each
+MAX_MEMBERS = MAX_STACKS + 1 + MAX_MANIFESTS
+MEMBER = re.compile(rf"^(?:{re.escape(INDEX)}|[A-Za-z][A-Za-z0-9-]{{0,127}}{re.escape(TEMPLATE_SUFFIX)}|"
+                    rf"[0-9a-f]{{64}}{re.escape(MANIFEST_SUFFIX)})$")
 
 
 class ArtifactError(ValueError):
@@ -68,8 +75,11 @@ class HeadStack:
 # --------------------------------------------------------------------------------------------------
 
 
-def pack(assembly: Path, into: Path) -> list[HeadStack]:
-    """Each stack's template of ``assembly`` and the index, into the new folder ``into``."""
+def pack(assembly: Path, into: Path, *, manifests: Path | None = None) -> list[HeadStack]:
+    """Each stack's template of ``assembly`` and the index, into the new folder ``into``; with the committed
+    bundle manifests of ``manifests`` (a folder of ``<sha256>.json``) whose bytes hash to their name."""
+    import hashlib
+
     from ops import cdk
 
     into.mkdir(parents=True)
@@ -80,6 +90,13 @@ def pack(assembly: Path, into: Path) -> list[HeadStack]:
         stacks.append(stack)
     _write_index(into, stacks)
     _check_index(json.loads((into / INDEX).read_text()), present={s.template for s in stacks})  # what unpack asks
+    kept = []
+    for path in sorted(manifests.glob("*.json")) if manifests is not None and manifests.is_dir() else []:
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() == path.stem and len(data) <= MAX_MANIFEST_BYTES:
+            kept.append((path.stem, data))
+    for digest, data in kept[-MAX_MANIFESTS:]:
+        (into / f"{digest}{MANIFEST_SUFFIX}").write_bytes(data)
     return stacks
 
 
@@ -126,19 +143,24 @@ def _check_member(info: zipfile.ZipInfo) -> None:
         raise ArtifactError(f"member {name[:120]!r}", "a plain file", kind)
     if not MEMBER.match(name):
         kind = "a path" if ("/" in name or "\\" in name or ".." in name) else "another name"
-        raise ArtifactError(f"member {name[:120]!r}", f"a file at the zip's root named {INDEX} or "
-                            f"<stack name>{TEMPLATE_SUFFIX}", kind)
+        raise ArtifactError(f"member {name[:120]!r}", f"a file at the zip's root named {INDEX}, "
+                            f"<stack name>{TEMPLATE_SUFFIX} or <sha256>{MANIFEST_SUFFIX}", kind)
     if info.flag_bits & 0x1:
         raise ArtifactError(f"member {name!r}", "an unencrypted file", "an encrypted one")
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
         raise ArtifactError(f"member {name!r}", "stored or deflated", f"compression method {info.compress_type}")
-    limit = MAX_INDEX_BYTES if name == INDEX else MAX_TEMPLATE_BYTES
+    limit = _limit(name)
     if info.file_size > limit:
         raise ArtifactError(f"member {name!r}", f"at most {limit} bytes", f"{info.file_size} bytes")
 
 
+def _limit(name: str) -> int:
+    return MAX_INDEX_BYTES if name == INDEX else MAX_MANIFEST_BYTES if MANIFEST_MEMBER.match(name) else \
+        MAX_TEMPLATE_BYTES
+
+
 def _read(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
-    limit = MAX_INDEX_BYTES if info.filename == INDEX else MAX_TEMPLATE_BYTES
+    limit = _limit(info.filename)
     try:
         with zf.open(info) as member:
             data = member.read(limit + 1)  # never trust the declared size: inflate at most one byte past it
@@ -209,8 +231,23 @@ def _zip_in(download: Path) -> Path:
     return entries[0]
 
 
+def _check_manifests(contents: dict[str, bytes]) -> dict[str, bytes]:
+    """The manifest members, out of ``contents``: each must hash to the digest in its name."""
+    import hashlib
+
+    found = {name: contents.pop(name) for name in [n for n in contents if MANIFEST_MEMBER.match(n)]}
+    if len(found) > MAX_MANIFESTS:
+        raise ArtifactError("manifests", f"at most {MAX_MANIFESTS} {MANIFEST_SUFFIX} members", f"{len(found)}")
+    for name, data in found.items():
+        if hashlib.sha256(data).hexdigest() != MANIFEST_MEMBER.match(name)["digest"]:
+            raise ArtifactError(f"member {name[:24]}...{MANIFEST_SUFFIX}", "bytes whose SHA-256 is the name's digest",
+                                f"sha256 {hashlib.sha256(data).hexdigest()[:12]}...")
+    return found
+
+
 def read_zip(path: Path) -> tuple[list[HeadStack], dict[str, bytes]]:
-    """The checked index and template bytes of the zip at ``path`` (ArtifactError when anything is off)."""
+    """The checked index and template bytes of the zip at ``path``, the bundle manifests among them under their
+    member names (ArtifactError when anything is off)."""
     try:
         zf = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as error:
@@ -235,10 +272,11 @@ def read_zip(path: Path) -> tuple[list[HeadStack], dict[str, bytes]]:
                 raise ArtifactError(path.name, f"at most {MAX_TOTAL_BYTES} bytes inflated in all", "more")
             contents[info.filename] = data
     index = _strict_json(INDEX, contents.pop(INDEX))
+    manifests = _check_manifests(contents)
     stacks = _check_index(index, present=set(contents))
     for name, data in contents.items():
         _check_template(name, _strict_json(name, data))
-    return stacks, contents
+    return stacks, {**contents, **manifests}
 
 
 def unpack(download: Path, into: Path) -> list[HeadStack]:
@@ -247,13 +285,26 @@ def unpack(download: Path, into: Path) -> list[HeadStack]:
     into.mkdir(parents=True)
     for stack in stacks:
         (into / stack.template).write_bytes(contents[stack.template])
+    for name in contents:
+        if MANIFEST_MEMBER.match(name):
+            (into / name).write_bytes(contents[name])
     _write_index(into, stacks)
     return stacks
 
 
+def manifests_in(folder: Path):  # noqa: ANN201 - review.bundle_change.Manifests
+    """The bundle manifests a folder ``unpack`` wrote, by pin (None for a pin it does not hold)."""
+
+    def read(pin: str) -> bytes | None:
+        path = folder / f"{pin}{MANIFEST_SUFFIX}"
+        return path.read_bytes() if MANIFEST_MEMBER.match(path.name) and path.is_file() else None
+
+    return read
+
+
 def load(folder: Path) -> list[HeadStack]:
     """The stacks of a folder ``unpack`` (or ``pack``) wrote."""
-    present = {p.name for p in folder.iterdir() if p.name != INDEX}
+    present = {p.name for p in folder.iterdir() if p.name != INDEX and not MANIFEST_MEMBER.match(p.name)}
     return _check_index(json.loads((folder / INDEX).read_text()), present=present)
 
 
@@ -289,12 +340,14 @@ def main(argv: list[str] | None = None) -> int:
     packing = sub.add_parser("pack", help="the pull request's templates, for upload")
     packing.add_argument("--assembly", type=Path, required=True)
     packing.add_argument("--into", type=Path, required=True)
+    packing.add_argument("--manifests", type=Path, default=Path("stacks") / "bundles",
+                         help="the committed bundle manifests (default: stacks/bundles)")
     unpacking = sub.add_parser("unpack", help="check a downloaded artifact's zip and write its templates")
     unpacking.add_argument("--download", type=Path, required=True, help="the folder download-artifact wrote")
     unpacking.add_argument("--into", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "pack":
-        stacks = pack(args.assembly, args.into)
+        stacks = pack(args.assembly, args.into, manifests=args.manifests)
         print(f"packed {len(stacks)} template(s) into {args.into}")
         return 0
     try:

@@ -29,6 +29,7 @@ from pathlib import Path
 from ops import cdk
 from review import bundle_change
 from review.bundle_change import Manifests, none
+from review.head_artifact import manifests_in
 from review.diff_markdown import render_markdown
 from review.synthesis import DiffError, Side, cli_diff, read_head, security_diff, synth_base, synth_head
 from review.verdicts import ENDPOINT, FAIL, Finding, StackReview, classify
@@ -71,10 +72,10 @@ def run(*, repo: Path, base_ref: str, cache_dir: Path | None, context: dict[str,
             head = read_head(head_templates, head_dir / "assembly", base=base)
         else:
             head = synth_head(repo, head_dir, context=context)
-        # The base's manifests as blobs of its commit; the head's from the working tree it synthesized (a judge
-        # given the head's templates only has no manifests of the head: its pin changes are not named).
+        # The base's manifests as blobs of its commit; the head's from the working tree it synthesized, or (a judge)
+        # from the pull request's artifact, each member there checked to hash to its name.
         manifests = (bundle_change.at_commit(repo, base_ref),
-                     none if head_templates is not None else bundle_change.committed(repo))
+                     manifests_in(head_templates) if head_templates is not None else bundle_change.committed(repo))
         reviews = review(repo, base, head, manifests=manifests)
     return render_markdown(reviews, base_label=base.label, head_label=head.label), reviews
 

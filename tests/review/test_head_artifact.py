@@ -264,3 +264,44 @@ def test_the_command_line_says_why_it_refuses(tmp_path, capsys):
     assert head_artifact.main(["unpack", "--download", str(download), "--into", str(tmp_path / "h")]) == 1
     out = capsys.readouterr().out
     assert out.startswith("::error::the pull request's artifact is refused: member '../escape.template.json'")
+
+
+def _manifests(tmp_path: Path) -> tuple[Path, bytes, str]:
+    from peagle_contract.bundle import BundleFile, render
+
+    folder = tmp_path / "repo-bundles"
+    folder.mkdir()
+    manifest = render([BundleFile("drafter/model.safetensors", 3, "ab" * 32)], {"drafter": {"source": "x"}})
+    digest = hashlib.sha256(manifest).hexdigest()
+    (folder / f"{digest}.json").write_bytes(manifest)
+    (folder / f"{'0' * 64}.json").write_bytes(b"edited: hashes to another digest")  # never packed
+    (folder / "notes.json").write_text("{}")
+    return folder, manifest, digest
+
+
+def test_the_committed_manifests_travel_and_are_read_by_pin(tmp_path):
+    folder, manifest, digest = _manifests(tmp_path)
+    packed = tmp_path / "packed"
+    head_artifact.pack(_assembly(tmp_path / "cdk.out"), packed, manifests=folder)
+    assert sorted(p.name for p in packed.iterdir()) == [
+        f"{digest}.bundle.json", "Dev-PEagle.template.json", "Prod-PEagle.template.json", "index.json"]
+    download = tmp_path / "download"
+    _zip_folder(packed, download)
+    into = tmp_path / "head"
+    stacks = head_artifact.unpack(download, into)
+    assert [s.display_name for s in head_artifact.load(into)] == [s.display_name for s in stacks]
+    read = head_artifact.manifests_in(into)
+    assert read(digest) == manifest and read("0" * 64) is None and read("../../index") is None
+
+
+def test_a_manifest_member_that_does_not_hash_to_its_name_is_refused(tmp_path):
+    # The pull request's job can upload any zip: a manifest under a pin's name must be that pin's manifest.
+    members = _good_members(tmp_path)
+    members[f"{'c' * 64}.bundle.json"] = b'{"files": [], "version": 1}'
+    _refused(tmp_path, _hostile(tmp_path, members), "bytes whose SHA-256 is the name's digest")
+    big = tmp_path / "big"
+    big.mkdir()
+    members = _good_members(big)
+    data = b" " * (head_artifact.MAX_MANIFEST_BYTES + 1)
+    members[f"{hashlib.sha256(data).hexdigest()}.bundle.json"] = data
+    _refused(big, _hostile(big, members), f"at most {head_artifact.MAX_MANIFEST_BYTES} bytes")
