@@ -121,6 +121,7 @@ def _candidate(features_dir: Path, *, target: Path, in_service: Path, training, 
     mask = int(served.config[MASK_TOKEN_WRITE_KEY])
     log(f"step: the candidate: the served head trained on {len(train)} requests ({training.cpu_seconds:g} CPU "
         f"seconds at most; its draft vocabulary covers {vocab.coverage:.1%} of their answers' tokens)")
+    clock = time.monotonic()
     run = train_head(served.head, lambda gen: windows.batch(gen, training.batch_size), training, mask_token=mask,
                      held_out=held if training.eval_every else None, log=lambda line: log(f"  candidate: {line}"))
     reduced = len(served.draft_ids) < vocab_size  # a whole-vocabulary head has no d2t to write
@@ -130,6 +131,7 @@ def _candidate(features_dir: Path, *, target: Path, in_service: Path, training, 
     config = {**served.config, TRAINED_K_KEYS[0]: training.depth}  # the K it is trained for now
     layout.write_drafter(partial, config=config, weights=head_weights(served.head, d2t=d2t))
     (partial / "training.json").write_text(json.dumps({"steps": run.steps, "cpu_seconds": run.cpu_seconds,
+                                                       "wall_seconds": round(time.monotonic() - clock, 1),
                                                        "stopped": run.stopped, "training_requests": int(len(train))}))
     partial.rename(folder)
     return folder
