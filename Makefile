@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 # The pull request's base: origin/main in a clone, else the local main branch.
 BASE ?= $(shell git rev-parse --verify -q origin/main >/dev/null && echo origin/main || echo main)
 
-.PHONY: setup setup-cdk synth test test-fast diff deploy destroy serve invoke demo models toy-models real-models stage-weights verify-bundle prune capture-export train-drafter smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-features bench-synthetic bench-published bench-middleware bench-ping bench-drain bench-kernel bench-kernel-smoke rehearse clean
+.PHONY: setup setup-cdk synth test test-fast diff deploy destroy serve invoke demo models toy-models real-models stage-weights verify-bundle prune capture-export train-drafter smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-features bench-synthetic bench-published bench-traffic-loop bench-middleware bench-ping bench-drain bench-kernel bench-kernel-smoke rehearse clean
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
 
@@ -166,6 +166,12 @@ bench-synthetic: setup
 # acceptance and step time, beside this CPU's step lines from the synthetic sweep; arithmetic, no engine.
 bench-published: setup
 	$(PY) -m bench.published $(if $(PUBLISH),--publish)
+
+# The traffic loop end to end on SmolLM2 (docs/capture.md): serve Dev with capture on, a traffic mix its head was not
+# trained on through the front door with boto3, make train-drafter's command, the gate, the staged bundle, the
+# candidate served (about 30 min on 2 cores). PUBLISH=1 writes bench/figures/traffic_loop.json.
+bench-traffic-loop: setup
+	$(PY) -m bench.traffic_loop $(if $(PUBLISH),--publish)
 
 bench-middleware: setup
 	$(PY) -m bench.middleware_cost --layout $(or $(LAYOUT),paired)

@@ -279,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="s3://bucket/prefix/ the environment's bundle prefix (the digest folder goes below it)")
     parser.add_argument("--target-revision", help="hub revision (branch, tag or commit) of the target")
     parser.add_argument("--drafter-revision", help="hub revision of the drafter")
+    parser.add_argument("--manifests", type=Path, default=REPO_ROOT / MANIFESTS_DIR,
+                        help="where the manifest is kept to commit beside the pin (default: stacks/bundles)")
     parser.add_argument("--endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"),
                         help="another S3 endpoint (default: $AWS_ENDPOINT_URL, else AWS)")
     args = parser.parse_args(argv)
@@ -292,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         # Progress on stderr; stdout is the result alone (JSON), for scripts.
         result = stage(target, drafter, args.bundle, s3=boto3.client("s3", endpoint_url=args.endpoint_url),
                        log=lambda line: print(line, file=sys.stderr, flush=True),
-                       record_in=REPO_ROOT / MANIFESTS_DIR)
+                       record_in=args.manifests)
     except StageError as exc:
         print(f"stage-weights: error: {exc}; no manifest written (a bundle is incomplete until it has one)",
               file=sys.stderr)

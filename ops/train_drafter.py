@@ -34,14 +34,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from peagle_contract.bundle import check_digest
+from peagle_contract.bundle import BundleError, check_digest
 from peagle_contract.capture import CaptureError
 
 from ops import cdk
-from ops.stage_weights import MANIFESTS_DIR
+from ops.stage_weights import MANIFESTS_DIR, StageError
 from ops.stages import StageNameError, find_stage
 
 CAPTURE_SUFFIX = ".jsonl"
+# What a run copies down from S3 at most: a capture is text (records of at most 250,000 bytes), and whoever can
+# write the prefix could otherwise fill the disk before a single record is read.
+MAX_CAPTURE_BYTES = 8 << 30
 ENVIRONMENTS_FILE = Path("stacks") / "environments.py"
 DEFAULT_MARGIN = 1.05
 # PINNED_BUNDLES is one line in stacks/environments.py: the stage's entry in it, a digest or None.
@@ -69,15 +72,15 @@ def _local_capture(folder: Path) -> list[Path]:
     return [folder / name for name in files]
 
 
-def _s3_capture(uri: str, into: Path, s3: Any) -> list[Path]:
+def _s3_capture(uri: str, into: Path, s3: Any, max_bytes: int = MAX_CAPTURE_BYTES) -> list[Path]:
     from peagle_constructs.weights import S3Prefix
 
     where = S3Prefix.parse(uri)
     if not where.bucket:
         raise TrainDrafterError(f"--capture: got {uri[:200]!r}; allowed: s3://bucket/prefix/")
-    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=where.bucket,
-                                                                                Prefix=where.key_prefix)
-            for o in page.get("Contents", [])]
+    listed = [o for page in s3.get_paginator("list_objects_v2").paginate(Bucket=where.bucket, Prefix=where.key_prefix)
+              for o in page.get("Contents", [])]
+    keys = [o["Key"] for o in listed]
     others = [k for k in keys if not k.endswith(CAPTURE_SUFFIX)]
     if others:
         raise TrainDrafterError(f"--capture: {uri} holds {len(others)} objects that are not capture files "
@@ -85,6 +88,10 @@ def _s3_capture(uri: str, into: Path, s3: Any) -> list[Path]:
                                 "objects only")
     if not keys:
         raise TrainDrafterError(f"--capture: no {CAPTURE_SUFFIX} object below {uri}")
+    size = sum(int(o.get("Size", 0)) for o in listed)
+    if size > max_bytes:
+        raise TrainDrafterError(f"--capture: {uri} holds {size} bytes in {len(keys)} objects; allowed: at most "
+                                f"{max_bytes} (narrow the prefix to the days to train on)")
     into.mkdir(parents=True, exist_ok=True)
     paths = []
     for key in sorted(keys):
@@ -197,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "train for)")
         if not args.margin >= 1:
             raise TrainDrafterError(f"--margin: got {args.margin:g}; allowed: a number >= 1")
+        if not 1 <= args.max_tokens <= 4096:
+            raise TrainDrafterError(f"--max-tokens: got {args.max_tokens}; allowed: 1 to 4096")
         if args.bundle is not None and not args.bundle.startswith("s3://"):
             raise TrainDrafterError(f"--bundle: got {args.bundle[:200]!r}; allowed: s3://bucket/prefix/")
         work = args.work or cdk.REPO_ROOT / ".cache" / "train-drafter" / stage
@@ -212,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             staged = stage_candidate(target=target, candidate=Path(report["candidate"]), bundle=args.bundle, log=log,
                                      record_in=args.repo / MANIFESTS_DIR)
             report["staged"] = {k2: staged[k2] for k2 in ("manifest_sha256", "bundle", "existing")}
-    except (TrainDrafterError, StageNameError, CaptureError, ValueError) as exc:
+    except (TrainDrafterError, StageNameError, CaptureError, BundleError, StageError) as exc:
         print(f"train-drafter: error: {exc}; nothing staged", file=sys.stderr)
         return 2
     print(json.dumps(report, indent=2))

@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import boto3
@@ -41,8 +42,11 @@ def s3(emulator):
     return client
 
 
-def _stage(emulator, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops.stage_weights", *args], cwd=REPO_ROOT,
+def _stage(emulator, *args: str, manifests=None) -> subprocess.CompletedProcess:
+    # The manifest kept for the pull request goes to a folder of the test's, never into this checkout.
+    manifests = manifests or Path(tempfile.mkdtemp(prefix="manifests-"))
+    return subprocess.run([sys.executable, "-m", "ops.stage_weights", *args, "--manifests", str(manifests)],
+                          cwd=REPO_ROOT,
                           env=emulator.client_environment(), capture_output=True, text=True,
                           timeout=300)
 
@@ -53,9 +57,14 @@ def _keys(s3) -> dict[str, dict]:
 
 
 def test_a_good_pair_is_staged_with_its_manifest_last_and_a_rerun_skips_it(emulator, s3, untrained, tmp_path):
-    proc = _stage(emulator, "--target", str(untrained.target), "--drafter", str(untrained.drafter), "--bundle", BUNDLE)
+    kept = tmp_path / "bundles"
+    proc = _stage(emulator, "--target", str(untrained.target), "--drafter", str(untrained.drafter), "--bundle", BUNDLE,
+                  manifests=kept)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     result = json.loads(proc.stdout)
+    # The manifest is kept to commit beside the pin, byte for byte what the bundle holds.
+    assert [p.name for p in kept.iterdir()] == [f"{result['manifest_sha256']}.json"]
+    assert digest((kept / f"{result['manifest_sha256']}.json").read_bytes()) == result["manifest_sha256"]
     keys = _keys(s3)
     prefix = f"bundles/tiny-p-eagle/{result['manifest_sha256']}/"  # content-addressed: the digest names the folder
     assert f"bundle_manifest_sha256={result['manifest_sha256']!r}" in proc.stderr

@@ -53,6 +53,13 @@ def test_an_object_that_is_no_capture_file_is_refused_by_name(s3, tmp_path):
         train_drafter.capture_files(["s3://captures/empty/"], tmp_path, s3=s3)
 
 
+def test_a_capture_too_big_to_copy_down_is_refused_before_a_byte_is_copied(s3, tmp_path):
+    s3.put_object(Bucket="captures", Key="dev/a.jsonl", Body=b"x" * 100)
+    with pytest.raises(train_drafter.TrainDrafterError, match="holds 100 bytes in 1 objects; allowed: at most 99"):
+        train_drafter._s3_capture("s3://captures/dev/", tmp_path / "into", s3, max_bytes=99)
+    assert not (tmp_path / "into").exists()
+
+
 def test_a_local_folder_holds_capture_files_only(tmp_path):
     (tmp_path / "a.jsonl").write_text(_record("a") + "\n")
     (tmp_path / ".partial").mkdir()  # capture-export's, while it writes
