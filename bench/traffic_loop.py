@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import platform
@@ -94,6 +95,12 @@ def capture(pair, k: int, requests: list[list[dict]], *, max_tokens: int, log) -
         local_serving(num_speculative_tokens=k, max_model_len=2048, max_num_seqs=8, served_model_name=SERVED_NAME),
         capture=CaptureConfig(sample_rate=1.0, stage="dev", target=SERVED_NAME))
     folder = WORK / "capture"
+    key = hashlib.sha256(json.dumps([requests, max_tokens, k, str(pair.drafter)]).encode()).hexdigest()
+    done = WORK / "capture.done.json"
+    if done.is_file() and json.loads(done.read_text()).get("key") == key:  # the same traffic, captured already
+        counts = json.loads(done.read_text())["counts"]
+        log(f"step: the capture of an earlier run ({counts['requests_captured']} records)")
+        return folder, counts
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     started = time.monotonic()
@@ -115,7 +122,9 @@ def capture(pair, k: int, requests: list[list[dict]], *, max_tokens: int, log) -
     path = folder / "capture.jsonl"
     path.write_text("".join(line + "\n" for line in lines))
     log(f"step: {len(lines)} records captured from {len(requests)} requests in {time.monotonic() - started:.0f} s")
-    return folder, {"requests_sent": len(requests), "requests_captured": len(lines)}
+    counts = {"requests_sent": len(requests), "requests_captured": len(lines)}
+    done.write_text(json.dumps({"key": key, "counts": counts}))
+    return folder, counts
 
 
 BUNDLE_PREFIX = "s3://peagle-weights-dev/bundles/smollm2-p-eagle/"
@@ -262,8 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from models.trainer import coding_tasks
 
-    def log(line: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+    def log(line: str) -> None:  # the process's own stderr: train() redirects sys.stderr through this
+        print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.__stderr__, flush=True)
 
     started = time.time()
     recipe, pair = _pair()
