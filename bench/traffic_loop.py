@@ -30,6 +30,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -131,10 +132,13 @@ BUNDLE_PREFIX = "s3://peagle-weights-dev/bundles/smollm2-p-eagle/"
 
 
 def _git(tree: Path, *args: str) -> str:
-    import subprocess
-
     return subprocess.run(["git", "-C", str(tree), "-c", "user.email=bench@peagle.invalid", "-c", "user.name=bench",
                            *args], check=True, capture_output=True, text=True).stdout
+
+
+def _apply(tree: Path, patch: str) -> None:
+    """A patch as the command printed it, applied with git in ``tree``."""
+    subprocess.run(["git", "-C", str(tree), "apply", "-"], input=patch, text=True, check=True)
 
 
 def _pinned_tree(s3, pair, log) -> Path:  # noqa: ANN001
@@ -150,10 +154,7 @@ def _pinned_tree(s3, pair, log) -> Path:  # noqa: ANN001
     (tree / "node_modules").symlink_to(REPO / "node_modules")
     staged = stage(Source(pair.target, "smollm2", None), Source(pair.drafter, "the head in service", None),
                    BUNDLE_PREFIX, s3=s3, log=lambda line: None, record_in=tree / MANIFESTS_DIR)
-    patch = train_drafter.pin_change("dev", staged["manifest_sha256"], repo=tree)
-    import subprocess
-
-    subprocess.run(["git", "-C", str(tree), "apply", "-"], input=patch, text=True, check=True)
+    _apply(tree, train_drafter.pin_change("dev", staged["manifest_sha256"], repo=tree))
     _git(tree, "add", "-A", "stacks")
     _git(tree, "commit", "-q", "-m", "Dev pinned to the bundle it serves")
     log(f"step: Dev pinned to the bundle in service ({staged['manifest_sha256'][:12]}...) in {tree}")
@@ -194,11 +195,9 @@ def train(pair, capture_dir: Path, k: int, *, cpu_seconds: float, log) -> tuple[
 
 def stack_diff(tree: Path, patch: str, log) -> dict:  # noqa: ANN001
     """The pin change applied in the worktree, and the pull request's stack diff of it against its commit."""
-    import subprocess
-
     from review import stack_diff as diff
 
-    subprocess.run(["git", "-C", str(tree), "apply", "-"], input=patch, text=True, check=True)
+    _apply(tree, patch)
     markdown, reviews = diff.run(repo=tree, base_ref="HEAD", cache_dir=None, context={})
     (WORK / "stack_diff.md").write_text(markdown)
     dev = [r for r in reviews if r.display_name.startswith("Dev/")]
