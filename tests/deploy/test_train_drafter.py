@@ -125,7 +125,7 @@ def _models(tmp_path):
     ([], "Dev.model.serving.capture: none, so no target name"),
     (["--served-name", "peagle-local", "--k", "0"], "--k: got 0; allowed: 1 to 32"),
     (["--served-name", "peagle-local", "--margin", "0.9"], "--margin: got 0.9; allowed: a number >= 1"),
-    (["--served-name", "peagle-local", "--bundle", "/tmp/x"], "--bundle: got '/tmp/x'; allowed: s3://"),
+    (["--served-name", "peagle-local", "--bundle", "weights/bundle/"], "--bundle: got 'weights/bundle/'; allowed: s3://"),
     (["--served-name", "other-model"], "capture.jsonl:1.target: got 'peagle-local'; allowed: 'other-model'"),
 ])
 def test_bad_input_is_refused_before_any_training(tmp_path, capsys, args, message):
