@@ -102,15 +102,18 @@ def _s3_capture(uri: str, into: Path, s3: Any, max_bytes: int = MAX_CAPTURE_BYTE
     return paths
 
 
+def _s3_client():  # noqa: ANN202 - a boto3 S3 client
+    import boto3
+
+    return boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
+
+
 def capture_files(sources: Sequence[str], work: Path, *, s3: Any = None) -> list[Path]:
     """Every capture file the ``sources`` (folders or S3 prefixes) hold, as local paths."""
     files: list[Path] = []
     for index, source in enumerate(sources):
         if source.startswith("s3://"):
-            if s3 is None:
-                import boto3
-
-                s3 = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
+            s3 = s3 or _s3_client()
             files += _s3_capture(source, work / "capture" / f"s3-{index}", s3)
         else:
             files += _local_capture(Path(source))
@@ -137,11 +140,9 @@ def stage_candidate(*, target: Path, candidate: Path, bundle: str, log: Callable
                     record_in: Path | None = None) -> dict:
     """The candidate beside the target in a new bundle below ``bundle`` (nothing written over), its manifest kept
     in ``record_in`` for the pull request."""
-    import boto3
-
     from ops.stage_weights import Source, stage
 
-    s3 = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
+    s3 = _s3_client()
     return stage(Source(folder=target.resolve(), origin=str(target), revision=None),
                  Source(folder=candidate.resolve(), origin=f"train-drafter:{candidate.name}", revision=None),
                  bundle, s3=s3, log=log, record_in=record_in)

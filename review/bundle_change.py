@@ -10,19 +10,16 @@ is the one the endpoint will serve, and an edited one is a failure, not a descri
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from peagle_contract.bundle import MANIFEST_DIGEST_VAR, MODEL_DIRS, BundleError, digest, parse_manifest
+from peagle_contract.bundle import MANIFEST_DIGEST_VAR, MODEL_DIRS, BundleError, check_digest, digest, parse_manifest
 
 from ops.stage_weights import MANIFESTS_DIR as BUNDLES_DIR
 from review.verdicts import FAIL, INFO, MODEL, Finding
 
 ADVICE_TAMPERED = ("Commit the manifest exactly as the stager wrote it (`make verify-bundle` reads it from S3); "
                    "whoever edited it described a bundle the endpoint will not serve.")
-
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 Manifests = Callable[[str], bytes | None]  # a pin -> the committed manifest's bytes, None when none is committed
 
@@ -33,8 +30,13 @@ def none(pin: str) -> None:
 
 
 def _is_digest(pin: str) -> bool:
-    # A pin comes from a template, which a pull request writes: it names a file here only as a digest.
-    return bool(_DIGEST.fullmatch(pin))
+    # A pin comes from a template, which a pull request writes: it names a file here only as a digest (the
+    # contract's own check of one).
+    try:
+        check_digest(pin, "pin")
+    except BundleError:
+        return False
+    return True
 
 
 def _pins(value: Any) -> Iterable[str]:

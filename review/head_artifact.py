@@ -4,8 +4,8 @@
     python3 -m review.head_artifact unpack --download DIR --into DIR                   (the judge, before it installs anything)
 
 ``pack`` keeps, of a cloud assembly, only each stack's template and an index of our own (``index.json``:
-display name, stack name, template file), flat, at the artifact's root, and the committed weights-bundle
-manifests (``<sha256>.bundle.json``, from stacks/bundles/): the stack diff reads them to name a pin change.
+display name, stack name, template file), flat, at the artifact's root, and the committed manifests of the
+bundles those templates pin (``<sha256>.bundle.json``, from stacks/bundles/): the stack diff reads them to name a pin change.
 Nothing else leaves the pull request's job: no asset, no CDK manifest, nothing the CDK CLI would follow or run.
 
 ``unpack`` runs in the judge, which holds a write token: the pull request controls every byte of the zip
@@ -77,7 +77,8 @@ class HeadStack:
 
 def pack(assembly: Path, into: Path, *, manifests: Path | None = None) -> list[HeadStack]:
     """Each stack's template of ``assembly`` and the index, into the new folder ``into``; with the committed
-    bundle manifests of ``manifests`` (a folder of ``<sha256>.json``) whose bytes hash to their name."""
+    bundle manifests of ``manifests`` (a folder of ``<sha256>.json``) that the templates pin and whose bytes hash
+    to their name."""
     import hashlib
 
     from ops import cdk
@@ -90,13 +91,15 @@ def pack(assembly: Path, into: Path, *, manifests: Path | None = None) -> list[H
         stacks.append(stack)
     _write_index(into, stacks)
     _check_index(json.loads((into / INDEX).read_text()), present={s.template for s in stacks})  # what unpack asks
-    kept = []
-    for path in sorted(manifests.glob("*.json")) if manifests is not None and manifests.is_dir() else []:
-        data = path.read_bytes()
-        if hashlib.sha256(data).hexdigest() == path.stem and len(data) <= MAX_MANIFEST_BYTES:
-            kept.append((path.stem, data))
-    for digest, data in kept[-MAX_MANIFESTS:]:
-        (into / f"{digest}{MANIFEST_SUFFIX}").write_bytes(data)
+    # The manifests of the bundles these templates pin, no others: what the diff can ask for (at most one a stage).
+    from review.bundle_change import model_pins
+
+    pins = sorted({pin for s in stacks for pin in model_pins(json.loads((into / s.template).read_text())).values()})
+    for pin in pins[:MAX_MANIFESTS] if manifests is not None else []:
+        path = manifests / f"{pin}.json"
+        data = path.read_bytes() if MANIFEST_MEMBER.match(f"{pin}{MANIFEST_SUFFIX}") and path.is_file() else b""
+        if hashlib.sha256(data).hexdigest() == pin and len(data) <= MAX_MANIFEST_BYTES:
+            (into / f"{pin}{MANIFEST_SUFFIX}").write_bytes(data)
     return stacks
 
 

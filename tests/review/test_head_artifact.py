@@ -275,6 +275,7 @@ def _manifests(tmp_path: Path) -> tuple[Path, bytes, str]:
     digest = hashlib.sha256(manifest).hexdigest()
     (folder / f"{digest}.json").write_bytes(manifest)
     (folder / f"{'0' * 64}.json").write_bytes(b"edited: hashes to another digest")  # never packed
+    (folder / f"{'d' * 64}.json").write_bytes(b"pinned, but edited: never packed")
     (folder / "notes.json").write_text("{}")
     return folder, manifest, digest
 
@@ -282,7 +283,17 @@ def _manifests(tmp_path: Path) -> tuple[Path, bytes, str]:
 def test_the_committed_manifests_travel_and_are_read_by_pin(tmp_path):
     folder, manifest, digest = _manifests(tmp_path)
     packed = tmp_path / "packed"
-    head_artifact.pack(_assembly(tmp_path / "cdk.out"), packed, manifests=folder)
+    assembly = _assembly(tmp_path / "cdk.out")
+    # Dev's model pins the bundle (and Prod one with no committed manifest): only what a template pins travels.
+    from peagle_contract.bundle import MANIFEST_DIGEST_VAR
+
+    for stage, pin in (("Dev", digest), ("Prod", "d" * 64)):
+        path = assembly / f"assembly-{stage}" / f"{stage}PEagle1234.template.json"
+        template = json.loads(path.read_text())
+        template["Resources"]["Model"] = {"Type": "AWS::SageMaker::Model", "Properties": {
+            "PrimaryContainer": {"Environment": {MANIFEST_DIGEST_VAR: pin}}}}
+        path.write_text(json.dumps(template, indent=1))
+    head_artifact.pack(assembly, packed, manifests=folder)
     assert sorted(p.name for p in packed.iterdir()) == [
         f"{digest}.bundle.json", "Dev-PEagle.template.json", "Prod-PEagle.template.json", "index.json"]
     download = tmp_path / "download"
