@@ -77,7 +77,7 @@ with open(out, "w") as f, httpx.Client(timeout=120) as client, client.stream("PO
     f.write(f"status {r.status_code}\\n"); f.flush()
     for line in r.iter_lines():
         if line.startswith("data: "):
-            f.write(line[6:] + "\\n")
+            f.write(line[6:] + "\\n"); f.flush()
 """
 
 
@@ -101,19 +101,26 @@ def _steady_pace(base: str) -> float:
 
 
 DRAIN_BEGAN = "peagle-serve: drain: began"
+STREAM_OPEN_WITHIN_S = 30.0  # the stream's first event, at most (an idle engine's first token: ~25 ms)
 
 
 def _sigterm_with_one_stream(untrained, log_dir: Path, tokens: int, *, before_sigterm=None) -> dict:
-    """Start a server (SIGTERM ends it: one per drain), send it one stream, SIGTERM it 0.5 s later and wait for
-    the process: what came back. The drain's own stderr line must come while the stream is still open, or the
-    test would judge a drain of nothing."""
+    """Start a server (SIGTERM ends it: one per drain), send it one stream, SIGTERM it 0.5 s after its first event
+    and wait for the process: what came back. The drain's own stderr line must come while the stream is still open,
+    or the test would judge a drain of nothing."""
     server = _k7_server(untrained, log_dir, "peagle-k7-drain").start().wait_ready()
     try:
         out = log_dir / "stream.txt"
         reader = _start_stream(server.base, tokens, out)
+        # The stream is open once an event has come back: the reader is a process of its own, and its start (an
+        # interpreter, httpx) once took longer than a fixed 0.5 s, so SIGTERM met no stream, or one not yet answered.
+        deadline = time.monotonic() + STREAM_OPEN_WITHIN_S
+        while reader.poll() is None and time.monotonic() < deadline and (
+                not out.exists() or len(out.read_text().splitlines()) < 2):
+            time.sleep(0.01)
         sent = time.monotonic()
         after = before_sigterm(server) if before_sigterm is not None else None
-        time.sleep(max(0.0, 0.5 - (time.monotonic() - sent)))  # an idle engine's first token: ~25 ms
+        time.sleep(max(0.0, 0.5 - (time.monotonic() - sent)))
         server.proc.send_signal(signal.SIGTERM)
         sigterm = time.monotonic()
         began_while_open = False
