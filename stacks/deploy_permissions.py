@@ -28,14 +28,16 @@ from peagle_constructs.weights import WeightsLayout
 
 from stacks.environments import EnvironmentConfig
 
-# Three managed policies (IAM; serving; observability): with three stages in one account one policy would pass
-# IAM's 6,144-character limit.
+# Four managed policies (IAM; serving; observability; capture delivery): with three stages in one account one
+# policy would pass IAM's 6,144-character limit.
 EXECUTION_POLICY_NAMES = ("peagle-cfn-execution-iam", "peagle-cfn-execution-serving",
-                          "peagle-cfn-execution-observability")
+                          "peagle-cfn-execution-observability", "peagle-cfn-execution-capture")
 BOUNDARY_NAME = "peagle-workload-boundary"
 CDK_QUALIFIER = "hnb659fds"  # the CDK bootstrap's default qualifier
-# Passed to by the stacks: SageMaker runs models as their execution role.
+# Passed to by the stacks: SageMaker runs models as their execution role; with capture on, Firehose writes the
+# records as its delivery role and CloudWatch Logs puts them into the stream as the subscription's.
 PASSED_TO = ("sagemaker.amazonaws.com",)
+CAPTURE_PASSED_TO = ("firehose.amazonaws.com", "logs.amazonaws.com")
 SCALING_SERVICE = "sagemaker.application-autoscaling.amazonaws.com"
 SCALING_LINKED_ROLE = f"aws-service-role/{SCALING_SERVICE}/AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
 
@@ -79,6 +81,27 @@ def _log_groups(stack: Stack, names: Sequence[str]) -> list[str]:
     """The stages' endpoint and component log groups (and their streams, ``:*``)."""
     return [_arn(stack, "logs", "log-group", f"/aws/sagemaker/{kind}/{n}{tail}", colon=True)
             for n in names for kind in ("Endpoints", "InferenceComponents") for tail in ("", ":*", "-*")]
+
+
+def _capturing(envs: Sequence[EnvironmentConfig]) -> list[EnvironmentConfig]:
+    return [env for env in envs if env.model.serving.capture is not None]
+
+
+# The longest a capture bucket's name may be, and what its account and region add to the endpoint's name.
+CAPTURE_BUCKET_TAIL = len("-capture-") + 12 + 1 + len("ap-southeast-2")
+MAX_CAPTURE_ENDPOINT_NAME = 63 - CAPTURE_BUCKET_TAIL
+
+
+def capture_bucket_name(env: EnvironmentConfig, stack: Stack) -> str:
+    """The stage's capture bucket, named by the stacks so the execution policy can name it: bucket names are
+    global, so its account and region are in it (a bucket of that name in another account receives nothing: the
+    delivery role writes only to its own account's buckets)."""
+    return f"{env.endpoint_name}-capture-{stack.account}-{stack.region}"
+
+
+def _capture_buckets(stack: Stack, envs: Sequence[EnvironmentConfig], tail: str = "") -> list[str]:
+    """The capture buckets of ``envs`` as ARNs (and ``tail`` below them)."""
+    return [f"arn:{stack.partition}:s3:::{capture_bucket_name(env, stack)}{tail}" for env in envs]
 
 
 def _names(envs: Sequence[EnvironmentConfig]) -> list[str]:
@@ -204,7 +227,47 @@ def execution_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> dic
                      "sns:SetSubscriptionAttributes", "sns:GetDataProtectionPolicy", "sns:PutDataProtectionPolicy"],
             resources=[stack.format_arn(service="sns", resource="*")]),
     ]
-    return dict(zip(EXECUTION_POLICY_NAMES, (identities, services, observability)))
+    return dict(zip(EXECUTION_POLICY_NAMES, (identities, services, observability, _capture_statements(stack, envs))))
+
+
+def _capture_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> list[iam.PolicyStatement]:
+    """What deploying a stage's capture delivery (peagle_constructs.capture_delivery) takes: its bucket and the
+    bucket's policy, its Firehose stream (whose encryption with the stage's key is a grant Firehose makes), the
+    subscription filter on the stage's log group, and passing the two roles to the two services. None for a set
+    of stages none of which captures: the policy then only says so."""
+    capturing = _capturing(envs)
+    if not capturing:
+        return [iam.PolicyStatement(sid="NoStageCaptures", effect=iam.Effect.DENY, actions=["firehose:*"],
+                                    resources=["*"])]
+    roles = [_arn(stack, "iam", "role", f"{iam_path(env).strip('/')}/*", region=False) for env in capturing]
+    return [
+        iam.PolicyStatement(
+            sid="TheStagesCaptureBuckets",
+            actions=["s3:CreateBucket", "s3:DeleteBucket", "s3:ListBucket", "s3:GetBucket*", "s3:Get*Configuration",
+                     "s3:ListTagsForResource", "s3:PutEncryptionConfiguration", "s3:PutBucketVersioning",
+                     "s3:PutLifecycleConfiguration", "s3:DeleteBucketLifecycle", "s3:PutBucketPublicAccessBlock",
+                     "s3:PutBucketOwnershipControls", "s3:PutBucketNotification", "s3:PutBucketTagging",
+                     "s3:TagResource", "s3:UntagResource", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy"],
+            resources=_capture_buckets(stack, capturing)),
+        iam.PolicyStatement(
+            sid="TheAccountsDeliveryStreams",
+            actions=["firehose:CreateDeliveryStream", "firehose:DeleteDeliveryStream", "firehose:DescribeDeliveryStream",
+                     "firehose:UpdateDestination", "firehose:StartDeliveryStreamEncryption",
+                     "firehose:StopDeliveryStreamEncryption", "firehose:TagDeliveryStream",
+                     "firehose:UntagDeliveryStream", "firehose:ListTagsForDeliveryStream"],
+            resources=[_arn(stack, "firehose", "deliverystream", "*")]),
+        iam.PolicyStatement(
+            sid="StreamEncryptionGrants", actions=["kms:CreateGrant", "kms:RevokeGrant"],
+            resources=[_arn(stack, "kms", "key", "*")],
+            conditions={"StringEquals": {"kms:ViaService": f"firehose.{stack.region}.amazonaws.com"}}),
+        iam.PolicyStatement(
+            sid="TheStagesSubscriptions",
+            actions=["logs:PutSubscriptionFilter", "logs:DeleteSubscriptionFilter", "logs:DescribeSubscriptionFilters"],
+            resources=_log_groups(stack, _names(capturing))),
+        iam.PolicyStatement(
+            sid="PassTheCaptureRoles", actions=["iam:PassRole", "iam:GetRole"], resources=roles,
+            conditions={"StringEqualsIfExists": {"iam:PassedToService": list(CAPTURE_PASSED_TO)}}),
+    ]
 
 
 def boundary_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> list[iam.PolicyStatement]:
@@ -233,6 +296,20 @@ def boundary_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> list
         iam.PolicyStatement(sid="ReadRollbackAlarms", actions=["cloudwatch:DescribeAlarms"],
                             resources=[_arn(stack, "cloudwatch", "alarm", f"{n}-*", colon=True) for n in names]),
     ]
+    capturing = _capturing(envs)
+    if capturing:  # the capture delivery's two roles (peagle_constructs.capture_delivery)
+        statements += [
+            iam.PolicyStatement(sid="DeliverCaptureRecords", actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                                resources=_capture_buckets(stack, capturing, "/*")),
+            iam.PolicyStatement(sid="CaptureBucketUploads",
+                                actions=["s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
+                                resources=_capture_buckets(stack, capturing)),
+            iam.PolicyStatement(sid="EncryptCaptureRecords", actions=["kms:GenerateDataKey", "kms:Decrypt"],
+                                resources=[_arn(stack, "kms", "key", "*")],
+                                conditions={"StringEquals": {"kms:ViaService": f"s3.{stack.region}.amazonaws.com"}}),
+            iam.PolicyStatement(sid="FeedCaptureStreams", actions=["firehose:PutRecord", "firehose:PutRecordBatch"],
+                                resources=[_arn(stack, "firehose", "deliverystream", "*")]),
+        ]
     keys = sorted({env.weights_key_arn for env in envs if env.weights_key_arn})
     if keys:
         statements.append(iam.PolicyStatement(sid="DecryptWeights", actions=["kms:Decrypt"], resources=keys))

@@ -24,7 +24,7 @@ from aws_cdk import aws_logs as logs
 from peagle_contract.bundle import bundle_uri
 
 from peagle_constructs import (
-    AlarmSubscriber, AlarmThresholds, AutoscalingOptions, ComputeRequirements, ConfigError, CopyScaling,
+    AlarmSubscriber, AlarmThresholds, AutoscalingOptions, CaptureConfig, ComputeRequirements, ConfigError, CopyScaling,
     DeploymentPolicy, FleetProps, InstancePool, InstanceScaling, ModelProps, ScaleIn, check_endpoint_name,
     check_floor_above_zero,
 )
@@ -130,6 +130,12 @@ class EnvironmentConfig:
         capture = self.model.serving.capture
         if capture is None:
             return
+        from stacks.deploy_permissions import MAX_CAPTURE_ENDPOINT_NAME  # that module reads these configs
+
+        if len(self.endpoint_name) > MAX_CAPTURE_ENDPOINT_NAME:
+            raise ConfigError(f"{self.name}.name", f"got {self.name[:40]!r} ({len(self.name)} characters); allowed: "
+                              f"at most {MAX_CAPTURE_ENDPOINT_NAME - len('peagle-')} with capture on (the stage's "
+                              "capture bucket is named peagle-<stage>-capture-<account>-<region>, 63 at most)")
         if capture.stage != self.name.lower():
             raise ConfigError(f"{self.name}.model.serving.capture.stage",
                               f"got {capture.stage[:40]!r}; allowed: {self.name.lower()!r}, this environment's own")
@@ -194,7 +200,11 @@ DEV = EnvironmentConfig(
     name="Dev",
     model=ModelProps(
         preset=GPT_OSS_20B,
-        serving=GPT_OSS_20B.serving(**_bundle("dev"), num_speculative_tokens=7, max_model_len=8192, max_num_seqs=32),
+        # Dev records 5% of what it serves (the team's own traffic) for `make train-drafter`: the records reach
+        # S3 under capture/dev/ (peagle_constructs.capture_delivery). Staging and Prod record nothing.
+        serving=GPT_OSS_20B.serving(**_bundle("dev"), num_speculative_tokens=7, max_model_len=8192, max_num_seqs=32,
+                                    capture=CaptureConfig(sample_rate=0.05, stage="dev",
+                                                          target=GPT_OSS_20B.served_model_name)),
     ),
     fleet=FleetProps(instance_type="ml.g6e.xlarge", instance_count=1, log_retention=logs.RetentionDays.ONE_YEAR,
                      removal_policy=RemovalPolicy.DESTROY),

@@ -12,7 +12,7 @@ from peagle_constructs import (
     ContainerImage, CopyScaling, PEagleComponentEndpoint, PEagleEndpoint, PEagleInferenceComponent,
 )
 
-from stacks.deploy_permissions import apply_to_stage
+from stacks.deploy_permissions import apply_to_stage, capture_bucket_name
 from stacks.environments import ComponentHosting, EnvironmentConfig
 from stacks.release import IMAGE_TAG_PREFIX, VERSION
 
@@ -80,6 +80,12 @@ class PEagleStack(Stack):
             if hosting.scaling.min_copies == 0:
                 CfnOutput(self, "WhenIdle", value=when_idle(hosting.scaling),
                           description="what scale-to-zero bills, and the first request after a quiet spell")
+        capture = (self.component or self.endpoint).monitoring.capture
+        if capture is not None:
+            # A name the execution policy can scope the bucket's deploy to (the construct leaves it to CloudFormation).
+            capture.bucket.node.default_child.bucket_name = capture_bucket_name(config, self)
+            CfnOutput(self, "CaptureUri", value=capture.capture_uri,
+                      description="the stage's capture records, for make train-drafter CAPTURE=")
         for key, value in config.tags.items():
             Tags.of(self).add(key, value)
         # Every role this stage creates lives under its IAM path and carries its account's workload boundary: what

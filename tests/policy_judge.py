@@ -83,11 +83,20 @@ _OPERATORS = {
     "ArnLike": _arn_like,
     "Bool": lambda expected, actual: str(actual).lower() == str(expected).lower(),
 }
+# The negated operators hold when the value matches none of those listed, and (IAM's rule) when the key is absent.
+_NEGATED = {"ArnNotEquals": "ArnEquals", "StringNotEquals": "StringEquals", "ArnNotLike": "ArnLike",
+            "StringNotLike": "StringLike"}
 
 
 def _conditions_hold(conditions: Mapping[str, Mapping[str, Any]], request: Request) -> bool:
     for operator, tests in conditions.items():
         base, if_exists = (operator[:-len("IfExists")], True) if operator.endswith("IfExists") else (operator, False)
+        if base in _NEGATED:
+            for key, expected in tests.items():
+                actual = request.context.get(key)
+                if actual is not None and any(_OPERATORS[_NEGATED[base]](e, actual) for e in _listed(expected)):
+                    return False
+            continue
         if base not in _OPERATORS:
             raise ValueError(f"the judge does not know the condition operator {operator!r}")
         for key, expected in tests.items():

@@ -1,7 +1,7 @@
 """CloudFormation resource types that moto's CloudFormation skips, backed by moto's own service backends.
 
-moto 5.2.5 knows these services (Application Auto Scaling, CloudWatch alarms, CloudWatch Logs metric
-filters) but has no CloudFormation model for them: a stack holding them reports CREATE_COMPLETE while the
+moto 5.2.5 knows these services (Application Auto Scaling, CloudWatch alarms, CloudWatch Logs metric and
+subscription filters, Firehose) but has no CloudFormation model for them: a stack holding them reports CREATE_COMPLETE while the
 resources never exist. Each class below turns the template's properties into the same backend call the
 service API would make, so `describe_*` sees what the stack created and stack deletion removes it.
 SageMaker inference components, which moto lacks altogether, are backed by our own store
@@ -86,6 +86,12 @@ class _ExtensionType:
         if attribute_name in self.GETATT:
             return getattr(self, self.GETATT[attribute_name])
         raise UnformattedGetAttTemplateException()
+
+    @classmethod
+    def delete_from_cloudformation_json(
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
+    ) -> None:
+        pass  # unless a model says otherwise, moto deletes through the instance (its delete), which knows its ids
 
     @classmethod
     def update_from_cloudformation_json(
@@ -304,17 +310,21 @@ _TRANSFORMATION_KEYS = {
 }
 
 
-class LogMetricFilter(_ExtensionType, CloudFormationModel):
+class _OnLogGroup:
+    """A filter of one log group: its name and its group's (a mixin, for the reason _ExtensionType is one)."""
+
+    def __init__(self, *, name: str, log_group_name: str) -> None:
+        self.name = name
+        self.log_group_name = log_group_name
+
+
+class LogMetricFilter(_OnLogGroup, _ExtensionType, CloudFormationModel):
     """AWS::Logs::MetricFilter -> PutMetricFilter on an existing log group."""
 
     CFN_TYPE = "AWS::Logs::MetricFilter"
     NAME_PROPERTY = "FilterName"
     GETATT: ClassVar[Mapping[str, str]] = {}  # a metric filter has no GetAtt attributes
     REF = "name"  # Ref of a metric filter is its name
-
-    def __init__(self, *, name: str, log_group_name: str) -> None:
-        self.name = name
-        self.log_group_name = log_group_name
 
     @classmethod
     def create_from_cloudformation_json(  # type: ignore[override]
@@ -344,6 +354,73 @@ class LogMetricFilter(_ExtensionType, CloudFormationModel):
 
     def delete(self, account_id: str, region_name: str) -> None:
         logs_backends[account_id][region_name].delete_metric_filter(self.name, self.log_group_name)
+
+
+class LogSubscriptionFilter(_OnLogGroup, _ExtensionType, CloudFormationModel):
+    """AWS::Logs::SubscriptionFilter -> PutSubscriptionFilter on an existing log group (moto then sends the
+    group's new events to the destination, gzipped as CloudWatch Logs does; it does not apply a JSON pattern)."""
+
+    CFN_TYPE = "AWS::Logs::SubscriptionFilter"
+    NAME_PROPERTY = "FilterName"
+    GETATT: ClassVar[Mapping[str, str]] = {}
+    REF = "name"
+
+    @classmethod
+    def create_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str, **kwargs: Any
+    ) -> "LogSubscriptionFilter":
+        p = _props(cloudformation_json)
+        group = p["LogGroupName"]
+        # ResourceNotFound for an unknown group, as the service answers; the destination must exist too.
+        logs_backends[account_id][region_name].put_subscription_filter(
+            group, resource_name, p.get("FilterPattern", ""), p["DestinationArn"], p.get("RoleArn", ""))
+        return cls(name=resource_name, log_group_name=group)
+
+    @classmethod
+    def delete_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
+    ) -> None:
+        cls(name=resource_name, log_group_name=_props(cloudformation_json)["LogGroupName"]).delete(
+            account_id, region_name)
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        group = logs_backends[account_id][region_name].groups.get(self.log_group_name)
+        if group is not None:  # the group may be gone already
+            group.subscription_filters.pop(self.name, None)
+
+
+class DeliveryStream(_ExtensionType, CloudFormationModel):
+    """AWS::KinesisFirehose::DeliveryStream (an S3 destination) -> CreateDeliveryStream on moto's Firehose, which
+    writes what it is sent to the bucket as it arrives: no buffering, and none of the stream's processors run."""
+
+    CFN_TYPE = "AWS::KinesisFirehose::DeliveryStream"
+    NAME_PROPERTY = "DeliveryStreamName"
+    GETATT = {"Arn": "arn"}
+    REF = "name"
+
+    def __init__(self, *, name: str, arn: str) -> None:
+        self.name, self.arn = name, arn
+
+    @classmethod
+    def create_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str, **kwargs: Any
+    ) -> "DeliveryStream":
+        from moto.firehose.models import firehose_backends
+
+        p = _props(cloudformation_json)
+        name = p.get("DeliveryStreamName") or resource_name
+        arn = firehose_backends[account_id][region_name].create_delivery_stream(
+            region_name, name, p.get("DeliveryStreamType", "DirectPut"), {},
+            p.get("DeliveryStreamEncryptionConfigurationInput") or {}, {},
+            p["ExtendedS3DestinationConfiguration"], {}, {}, {}, {}, {}, {}, p.get("Tags") or [])
+        return cls(name=name, arn=arn)
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        from moto.firehose.models import firehose_backends
+
+        backend = firehose_backends[account_id][region_name]
+        if self.name in backend.delivery_streams:
+            backend.delete_delivery_stream(self.name)
 
 
 class TopicPolicy(_ExtensionType, CloudFormationModel):
@@ -408,12 +485,6 @@ class TopicSubscription(_ExtensionType, CloudFormationModel):
         backend = sns_backends[account_id][region_name]
         subscription = backend.subscribe(p["TopicArn"], p["Endpoint"], p["Protocol"])  # NotFound for an unknown topic
         return cls(arn=subscription.arn)
-
-    @classmethod
-    def delete_from_cloudformation_json(  # type: ignore[override]
-        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
-    ) -> None:
-        pass  # moto deletes through the instance (delete below), which knows the subscription's ARN
 
     def delete(self, account_id: str, region_name: str) -> None:
         backend = sns_backends[account_id][region_name]

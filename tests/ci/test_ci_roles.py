@@ -195,7 +195,6 @@ def test_the_stack_says_how_to_bootstrap_its_account(ci_templates):
 # Handler permissions we do not grant, each with why the handler never calls it for our templates.
 NOT_CALLED = {
     "lambda": "ScalableTarget: only for Lambda's provisioned-concurrency dimension; ours scale SageMaker",
-    "firehose:TagDeliveryStream": "LogGroup: only for log delivery to Firehose",
     "s3:REST.PUT.OBJECT": "LogGroup: not an IAM action (an S3 log event name in the schema)",
     "logs:CreateLogDelivery": "LogGroup: only for vended log delivery, which our log groups do not configure",
     "logs:PutResourcePolicy": "LogGroup: only with ResourcePolicyDocument, which our log groups do not set",
@@ -208,6 +207,26 @@ NOT_CALLED = {
     "iam:GetRole": "SNS Topic/Subscription: only for delivery-status logging roles, which we do not set",
 }
 SNS_ROLE_ONLY = {"iam:GetRole", "iam:PassRole"}  # SNS handlers: delivery-status logging roles only
+# The same, for one resource type only.
+NOT_CALLED_BY = {
+    "AWS::Logs::LogGroup": {"firehose:TagDeliveryStream": "only for log delivery to Firehose"},
+    "AWS::S3::Bucket": {
+        **{p: "a bucket feature the capture bucket never sets (its handler calls it only when the property is "
+              "given)" for p in (
+            "s3:CreateBucketMetadataTableConfiguration", "s3:DeleteBucketAnalyticsConfiguration",
+            "s3:DeleteBucketCors", "s3:DeleteBucketEncryption", "s3:DeleteBucketMetadataTableConfiguration",
+            "s3:DeleteBucketMetricsConfiguration", "s3:DeleteBucketReplication", "s3:DeleteBucketWebsite",
+            "s3:PutAccelerateConfiguration", "s3:PutAnalyticsConfiguration", "s3:PutBucketAbac", "s3:PutBucketAcl",
+            "s3:PutBucketCORS", "s3:PutBucketLogging", "s3:PutBucketObjectLockConfiguration",
+            "s3:PutBucketReplication", "s3:PutBucketWebsite", "s3:PutIntelligentTieringConfiguration",
+            "s3:PutInventoryConfiguration", "s3:PutMetricsConfiguration", "s3:PutObjectAcl",
+            "s3:PutObjectLockConfiguration", "s3:PutReplicationConfiguration",
+            "s3:UpdateBucketMetadataAnnotationTableConfiguration",
+            "s3:UpdateBucketMetadataInventoryTableConfiguration", "s3:UpdateBucketMetadataJournalTableConfiguration")},
+        "s3tables": "only for a bucket's metadata tables, which the capture bucket has none of",
+        "s3:DeleteObject": "CloudFormation deletes an empty bucket only; it never deletes its objects",
+    },
+}
 
 
 @lru_cache(maxsize=None)
@@ -225,6 +244,9 @@ def _handler_permissions(kind: str) -> tuple[str, ...]:
 
 def _not_called(kind: str, permission: str) -> bool:
     if kind.startswith("AWS::SNS::") and permission in SNS_ROLE_ONLY:
+        return True
+    own = NOT_CALLED_BY.get(kind, {})
+    if permission in own or permission.split(":")[0] in own:
         return True
     return permission in NOT_CALLED or permission.split(":")[0] in NOT_CALLED
 
@@ -265,6 +287,8 @@ class _Names:
             return props[given]
         if kind == "AWS::KMS::Key":
             return "1234abcd-12ab-34cd-56ef-1234567890ab"
+        if kind == "AWS::S3::Bucket":  # the name the stack gives, its account and region filled in
+            return Place(account=self.account, region=REGION).resolve(props["BucketName"])
         if kind.startswith("AWS::SageMaker::"):
             return f"{lid.lower()}-a1b2c3d4e5f6"
         return f"{self.stack}-{lid[:40]}-A1B2C3D4E5F6"  # stack - logical id - random, as CloudFormation names
@@ -286,6 +310,8 @@ class _Names:
             "AWS::SageMaker::EndpointConfig": f"{p}:sagemaker:{REGION}:{a}:endpoint-config/{name}",
             "AWS::SageMaker::Endpoint": f"{p}:sagemaker:{REGION}:{a}:endpoint/{name}",
             "AWS::SageMaker::InferenceComponent": f"{p}:sagemaker:{REGION}:{a}:inference-component/{name}",
+            "AWS::S3::Bucket": f"{p}:s3:::{name}",
+            "AWS::KinesisFirehose::DeliveryStream": f"{p}:firehose:{REGION}:{a}:deliverystream/{name}",
         }.get(kind, f"{p}:application-autoscaling:{REGION}:{a}:scalable-target/{lid.lower()}")
 
     def requests(self, lid: str, permission: str) -> list[Request]:
@@ -295,6 +321,20 @@ class _Names:
         kind, props = r["Type"], self.place.resolve(r.get("Properties", {}))
         mine, request = self.arn(lid), lambda resource, **context: Request(
             service="", action=permission, resource=resource, context=context)
+        if kind == "AWS::KinesisFirehose::DeliveryStream" and permission.startswith(("iam:", "kms:")):
+            if permission.startswith("iam:"):
+                role = props["ExtendedS3DestinationConfiguration"]["RoleARN"]
+                return [request(role, **({"iam:PassedToService": "firehose.amazonaws.com"}
+                                         if permission == "iam:PassRole" else {}))]
+            key = props["DeliveryStreamEncryptionConfigurationInput"]["KeyARN"]
+            via = {} if permission == "kms:DescribeKey" else {"kms:ViaService": f"firehose.{REGION}.amazonaws.com"}
+            return [request(key, **via)]
+        if kind == "AWS::Logs::SubscriptionFilter":
+            if permission == "iam:PassRole":
+                return [request(props["RoleArn"], **{"iam:PassedToService": "logs.amazonaws.com"})]
+            return [request(self.place.resolve({"Fn::GetAtt": [props_ref(r), "Arn"]}))]
+        if kind == "AWS::S3::BucketPolicy":
+            return [request(f"arn:aws:s3:::{props['Bucket']}")]
         if permission == "iam:PassRole":
             role = props.get("ExecutionRoleArn") or props.get("RoleARN")
             if role is None:
@@ -427,11 +467,14 @@ def test_every_role_a_stage_creates_carries_the_boundary_and_stays_within_it(ci_
     outside = []
     for lid, policy in _of(template, "AWS::IAM::ManagedPolicy").items():
         for statement in names.place.resolve(policy["Properties"]["PolicyDocument"])["Statement"]:
+            # A request the statement allows carries what its own StringEquals conditions require.
+            context = {key: _listed(value)[0] for key, value in statement.get("Condition", {}).get(
+                "StringEquals", {}).items()}
             for action in _listed(statement["Action"]):
                 for resource in _listed(statement["Resource"]):
                     # A resource pattern lies within the boundary when the boundary allows it as written.
-                    if not allowed(boundary, Request(service="", action=action, resource=resource), names.place,
-                                   identity=True):
+                    if not allowed(boundary, Request(service="", action=action, resource=resource, context=context),
+                                   names.place, identity=True):
                         outside.append(f"{lid}: {action} on {resource}")
     assert outside == []
     for action, resource in (("s3:PutObject", "arn:aws:s3:::peagle-weights-prod/x"), ("iam:CreateRole", "*"),

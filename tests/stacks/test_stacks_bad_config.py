@@ -115,6 +115,9 @@ CASES = [
     ("two-bundles-share-a-prefix", serving(drafter_model="s3://peagle-weights-dev/bundles/other/drafter/"),
      "target_model", "one folder below it"),
     ("bad-weights-key", dev(weights_key_arn="alias/weights"), "Dev.weights_key_arn", "a KMS key ARN"),
+    # With capture on the stage's bucket is named for it, its account and region: 63 characters at most.
+    ("capturing-stage-name-too-long-for-its-bucket", lambda: [replace(DEV, name="DevelopmentSandboxNumberOne")],
+     "DevelopmentSandboxNumberOne.name", "at most 20 with capture on"),
     # A capture that names another stage would pass Dev's traffic off as Prod's to the drafter's trainer.
     ("capture-of-another-stage", serving(capture=CaptureConfig(sample_rate=0.1, stage="prod", target="gpt-oss-20b")),
      "Dev.model.serving.capture.stage", "'dev', this environment's own"),

@@ -219,24 +219,22 @@ def test_dev_says_what_scale_to_zero_bills_and_releases_idle_instances(templates
     assert all("WhenIdle" not in templates[name].get("Outputs", {}) for name in ("Staging", "Prod"))
 
 
-def test_a_stage_that_turns_capture_on_renders_it_into_its_model_and_every_other_stage_records_nothing(templates):
-    """Off unless an environment asks (Prod included); on, the image gets the stage's own capture setting."""
-    from dataclasses import replace
+def test_dev_records_its_own_traffic_to_its_own_bucket_and_every_other_stage_records_nothing(templates):
+    """Off unless an environment asks (Prod included): Dev asks, with a sampling rate; its image gets Dev's own
+    capture setting and its records a bucket named for Dev's account, which the stack prints."""
+    from peagle_contract.capture import CAPTURE_VAR, parse_capture
 
-    from aws_cdk import App
-    from aws_cdk.assertions import Template
-    from peagle_contract.capture import CAPTURE_VAR, CaptureConfig, parse_capture
-
-    from stacks.application import OFFLINE, build_app
     from stacks.environments import DEV
 
     for name, template in templates.items():
-        for resource in template["Resources"].values():
-            if resource["Type"] == "AWS::SageMaker::Model":
-                assert CAPTURE_VAR not in resource["Properties"]["PrimaryContainer"]["Environment"], name
-    capture = CaptureConfig(sample_rate=0.05, stage="dev", target="gpt-oss-20b")
-    env = replace(DEV, model=replace(DEV.model, serving=replace(DEV.model.serving, capture=capture)))
-    stage = build_app(App(context=OFFLINE), [env], nag=False)["Dev"]
-    (stack,) = [c for c in stage.node.children if hasattr(c, "template_options")]
-    (model,) = Template.from_stack(stack).find_resources("AWS::SageMaker::Model").values()
-    assert parse_capture(model["Properties"]["PrimaryContainer"]["Environment"]) == capture
+        (model,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::SageMaker::Model"]
+        environment = model["Properties"]["PrimaryContainer"]["Environment"]
+        buckets = [r for r in template["Resources"].values() if r["Type"] == "AWS::S3::Bucket"]
+        if name != "Dev":
+            assert CAPTURE_VAR not in environment and buckets == [] and "CaptureUri" not in template["Outputs"], name
+            continue
+        assert parse_capture(environment) == DEV.model.serving.capture
+        assert DEV.model.serving.capture.stage == "dev" and 0 < DEV.model.serving.capture.sample_rate <= 0.1
+        (bucket,) = buckets
+        assert bucket["Properties"]["BucketName"].startswith("peagle-dev-capture-")
+        assert "capture/dev/" in json.dumps(template["Outputs"]["CaptureUri"])

@@ -11,6 +11,7 @@ from peagle_constructs.alarm_thresholds import AlarmThresholds
 from peagle_constructs.autoscaling import (
     ComponentAutoscaling, EndpointAutoscaling, ScalingMetric, check_floor_above_zero,
 )
+from peagle_constructs.capture_delivery import CaptureDelivery
 from peagle_constructs.components import ComputeRequirements, CopyScaling, PEagleComponentEndpoint, PEagleInferenceComponent
 from peagle_constructs.deployment import DeploymentPolicy
 from peagle_constructs.endpoint_base import EndpointBase
@@ -31,6 +32,7 @@ from peagle_constructs.single_model_endpoint import AutoscalingOptions, PEagleEn
 
 __all__ = [
     "add_nag_packs", "AlarmSubscriber", "AlarmThresholds", "AlarmTopic", "AutoscalingOptions", "CaptureConfig",
+    "CaptureDelivery",
     "check_endpoint_name", "check_floor_above_zero", "ComponentAutoscaling", "ComputeRequirements",
     "ConfigError", "ContainerImage", "CopyScaling", "DeploymentPolicy", "DetailedObservability",
     "EndpointAutoscaling", "EndpointBase", "EndpointMonitoring", "FleetProps", "GPU_FAMILIES", "InstancePool",

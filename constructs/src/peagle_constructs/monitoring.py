@@ -6,7 +6,8 @@ detailed observability) and puts together the modules that each hold one job: th
 (:mod:`~peagle_constructs.log_groups`), the request-line metric filters (:mod:`~peagle_constructs.request_log_filters`),
 the metrics (:mod:`~peagle_constructs.serving_metrics`), the alarms (:mod:`~peagle_constructs.alarms`, rollback
 or page per :mod:`~peagle_constructs.rollback_signals`), the topic (:mod:`~peagle_constructs.notifications`) and
-the dashboard (:mod:`~peagle_constructs.dashboard`).
+the dashboard (:mod:`~peagle_constructs.dashboard`); with capture on in the serving config, the records' way to
+S3 (:mod:`~peagle_constructs.capture_delivery`).
 
 Two metric paths. Ours works everywhere: metric filters generated from :mod:`peagle_contract.request_log`
 (the schema the runtime writes). AWS's native one: SageMaker's detailed observability publishes vLLM's own
@@ -15,6 +16,7 @@ metrics, read by PromQL alarms (:mod:`peagle_constructs.native_metrics`).
 
 from __future__ import annotations
 
+from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_kms as kms
@@ -24,6 +26,7 @@ from peagle_contract import request_log
 from peagle_contract.serving import ServingConfig
 
 from peagle_constructs.alarms import metric_alarms, promql_alarms
+from peagle_constructs.capture_delivery import CaptureDelivery
 from peagle_constructs.dashboard import serving_dashboard
 from peagle_constructs.log_groups import encrypted_log_group
 from peagle_constructs.native_metrics import VllmMetricNames
@@ -94,6 +97,13 @@ class EndpointMonitoring(ServingMetrics, Construct):
             self, "LogGroup", container_log_group(endpoint_name, component_name), key=self.key,
             retention=fleet.log_retention, removal_policy=fleet.removal_policy)
         self.metric_filters = metric_filters(self, log_group=self.log_group, namespace=self.namespace)
+        # With capture on, its records go on to S3 for training, under the same key and for as long as the logs.
+        capture = model.serving.capture
+        days = self.log_group.node.default_child.retention_in_days
+        self.capture = CaptureDelivery(
+            self, "Capture", log_group=self.log_group, key=self.key, stage=capture.stage,
+            expiration=Duration.days(days) if days else None, removal_policy=fleet.removal_policy,
+        ) if capture is not None else None
         self.notifications = AlarmTopic(self, "AlarmTopic", key=self.key, alarm_name_prefix=self.alarm_name_prefix,
                                         subscribers=model.alarm_subscribers, display_name=f"Alarms of {what}")
         self.topic = self.notifications.topic

@@ -6,7 +6,7 @@ cfnguard; the Guard binary and the rules ship inside its package, nothing is dow
 acknowledgement names ONE finding (nag: ``RuleId[FindingId]``, no prefix matching; Guard:
 ``cdk-validator-cfnguard::<rule>``) on the construct that raises it, with the reason it is acceptable.
 Nothing else in the library or the stacks acknowledges findings: read this file to review what the stacks
-are allowed to break and why. (No Control Tower rule needs one today.)
+are allowed to break and why. (Only the capture bucket needs Control Tower acknowledgements.)
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ NAG_PACKS: tuple[Callable[..., NagPack], ...] = (
 
 
 # checkov (run on the synthesized templates in `make test`, not a synth plugin): the checks it may skip, each
-# with its reason, passed as --skip-check. None is needed today.
+# with its reason, passed as --skip-check (every resource). None is needed today: a finding on one resource is
+# acknowledged on that resource (its template metadata, `_acknowledge_checkov`).
 CHECKOV_ACKNOWLEDGED: dict[str, str] = {}
+CHECKOV_ACCESS_LOGS = "CKV_AWS_18"  # an S3 bucket without server access logging
 
 
 def control_tower_rules() -> CfnGuardValidator:
@@ -50,6 +52,12 @@ def add_nag_packs(scope: IConstruct) -> list:
 
 def _acknowledge(construct: IConstruct, finding: str, reason: str) -> None:
     Validations.of(construct).acknowledge(Acknowledgment(id=finding, reason=reason))
+
+
+def _acknowledge_checkov(construct: IConstruct, check: str, reason: str) -> None:
+    """checkov skips ``check`` on this one resource (its template metadata), with the reason beside it."""
+    resource = construct.node.default_child
+    resource.add_metadata("checkov", {"skip": [{"id": check, "comment": reason}]})
 
 
 def _resource_finding(rule: str, resource: str) -> str:
@@ -132,3 +140,32 @@ def acknowledged_findings(construct: IConstruct) -> dict[str, str]:
             for key, reason in entry.data.items():
                 found[key.split("::", 1)[-1]] = reason
     return found
+
+
+# -- the capture's way into S3 ------------------------------------------------------------------------
+
+
+_CAPTURE_ACCESS_LOGS = ("the capture bucket's reads and writes are recorded by CloudTrail's S3 data events (the "
+                        "account's trail); S3 server access logs would need a second bucket, which cannot use a KMS "
+                        "key and would hold request records of user traffic outside the stage's key")
+_CAPTURE_REPLICATION = ("capture records are training data kept only for the stage's log retention; a replica would "
+                        "keep user traffic in a second place past it, and a lost record costs only a training sample")
+_CAPTURE_OBJECT_LOCK = ("capture records must expire with the stage's retention, and Object Lock exists to keep objects "
+                        "from deletion; integrity comes from the bucket policy (only the stream's role may put "
+                        "objects) and versioning")
+_CAPTURE_OBJECTS = ("Firehose writes dated objects below the capture and error prefixes; their keys are not known at "
+                    "synth, so the role names the prefixes (in a bucket of its own account only)")
+
+
+def acknowledge_capture_delivery(delivery: IConstruct, *, bucket: IConstruct, policy: IConstruct,
+                                 object_prefixes: Sequence[str]) -> None:
+    """The capture bucket's findings (access logs, replication) and the delivery role's prefixes, each named."""
+    _acknowledge(bucket, "AwsSolutions-S1", _CAPTURE_ACCESS_LOGS)
+    _acknowledge(bucket, "cdk-validator-cfnguard::s3_bucket_logging_enabled_check", _CAPTURE_ACCESS_LOGS)
+    _acknowledge_checkov(bucket, CHECKOV_ACCESS_LOGS, _CAPTURE_ACCESS_LOGS)
+    _acknowledge(bucket, "cdk-validator-cfnguard::s3_bucket_object_lock_enabled_check", _CAPTURE_OBJECT_LOCK)
+    for pack in ("HIPAA.Security", "NIST.800.53.R5", "PCI.DSS.321"):
+        _acknowledge(bucket, f"{pack}-S3BucketLoggingEnabled", _CAPTURE_ACCESS_LOGS)
+        _acknowledge(bucket, f"{pack}-S3BucketReplicationEnabled", _CAPTURE_REPLICATION)
+    for prefix in object_prefixes:
+        _acknowledge(policy, _resource_finding("AwsSolutions-IAM5", prefix), _CAPTURE_OBJECTS)
