@@ -48,10 +48,12 @@ LOCAL_BUNDLE = "s3://weights-on-this-machine/bundle/"
 def on_this_cpu(serving: ServingConfig, *, max_model_len: int = 1024, max_num_seqs: int = 16,
                 seed: int = 0) -> ServingConfig:
     """``serving`` as this CPU runs it: fp32 and eager (exact greedy tokens, a quick start), one device, the
-    given sizes, no GPU flags or variables, no pin (the weights are the caller's folders); the rest as given."""
+    given sizes, no GPU flags or variables, no pin (the weights are the caller's folders), and no capture (its
+    records would name the stage's target for another model's answers: a caller that wants them sets its own);
+    the rest as given."""
     return dataclasses.replace(serving, dtype="float32", tensor_parallel_size=1, max_model_len=max_model_len,
                                max_num_seqs=max_num_seqs, extra_args={"enforce_eager": True, "seed": seed},
-                               extra_environment={}, bundle_manifest_sha256=None)
+                               extra_environment={}, bundle_manifest_sha256=None, capture=None)
 
 
 def local_serving(*, num_speculative_tokens: int | None = None,

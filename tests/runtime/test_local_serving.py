@@ -28,6 +28,8 @@ def test_a_stages_config_keeps_k_its_schedule_and_levers_and_drops_what_a_cpu_ca
     assert (local.num_speculative_tokens, local.num_speculative_tokens_per_batch_size, local.request_capabilities) == \
         (stage.num_speculative_tokens, stage.num_speculative_tokens_per_batch_size, stage.request_capabilities)
     assert (local.dtype, local.max_model_len, local.max_num_seqs, local.tensor_parallel_size) == ("float32", 2048, 8, 1)
+    # Dev captures; a run here serves other weights, whose records must not pass as Dev's target's.
+    assert stage.capture is not None and local.capture is None
     assert dict(local.extra_args) == {"enforce_eager": True, "seed": 0} and not local.extra_environment
     assert local.bundle_manifest_sha256 is None  # the weights are this machine's: the caller pins its own bundle
 
