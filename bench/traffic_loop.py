@@ -44,6 +44,10 @@ SERVED_NAME = "smollm2-135m-instruct"
 ENDPOINT, COMPONENT = "peagle-dev", "peagle-dev-smollm2-135m-instruct"
 INSTRUCTION = "Explain in plain words, in two or three sentences, what this Python function does and when to use it."
 GOALS = {"al_ratio": 1.2, "al_ratio_lower": 1.1, "tokens_per_s_ratio_lower": 1.0}
+# Greedy, as the gate measures: a request that names no temperature is sampled at vLLM's default of 1.0, and a
+# 135M target's answers at 1.0 are noise (the first run's capture: "This Fletcher uses-2\nprintpython(2Meta...");
+# a drafter trained on them learns contexts the greedy gate never meets.
+SAMPLING = {"temperature": 0.0}
 
 
 def traffic(count: int, *, exclude: set[str]) -> list[list[dict]]:
@@ -96,7 +100,7 @@ def capture(pair, k: int, requests: list[list[dict]], *, max_tokens: int, log) -
         local_serving(num_speculative_tokens=k, max_model_len=2048, max_num_seqs=8, served_model_name=SERVED_NAME),
         capture=CaptureConfig(sample_rate=1.0, stage="dev", target=SERVED_NAME))
     folder = WORK / "capture"
-    key = hashlib.sha256(json.dumps([requests, max_tokens, k, str(pair.drafter)]).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([requests, max_tokens, SAMPLING, k, str(pair.drafter)]).encode()).hexdigest()
     done = WORK / "capture.done.json"
     if done.is_file() and json.loads(done.read_text()).get("key") == key:  # the same traffic, captured already
         counts = json.loads(done.read_text())["counts"]
@@ -112,13 +116,13 @@ def capture(pair, k: int, requests: list[list[dict]], *, max_tokens: int, log) -
 
             def send(item: tuple[int, list[dict]]) -> None:
                 index, messages = item
-                body = {"messages": messages, "max_tokens": max_tokens}
+                body = {"messages": messages, "max_tokens": max_tokens, **SAMPLING}
                 (invoke_stream if index % 2 else invoke)(client, ENDPOINT, body, component=COMPONENT)
 
             with ThreadPoolExecutor(4) as pool:
-                for done, _ in enumerate(pool.map(send, enumerate(requests)), 1):
-                    if done % 40 == 0:
-                        log(f"  traffic: {done}/{len(requests)} answered")
+                for answered, _ in enumerate(pool.map(send, enumerate(requests)), 1):
+                    if answered % 40 == 0:
+                        log(f"  traffic: {answered}/{len(requests)} answered")
         lines = runtime.capture_lines()
     path = folder / "capture.jsonl"
     path.write_text("".join(line + "\n" for line in lines))
