@@ -10,13 +10,16 @@ own, encrypted with the log group's key and emptied after the logs' retention.
 What an attacker could do here, and what stops it:
 - **Write training data.** Whoever can put objects under the capture prefix chooses what the next drafter learns
   and what its gate is measured on (the held-out requests come from the same prefix). The bucket policy refuses
-  ``s3:PutObject`` to every principal but the stream's own role, so not even an administrator's role adds a record
-  without first changing the policy (which CloudTrail records).
+  ``s3:PutObject`` to every principal but the stream's own role, so not even an administrator's role writes an
+  object without first changing the policy (which CloudTrail records). What it cannot stop: Firehose has no
+  resource policy, so a principal whose own IAM policy allows ``firehose:PutRecord`` on the stream can send it
+  records, which the stream then writes. No role of the stages is granted that but the subscription's; an
+  account's administrators can grant it, as they can rewrite the bucket policy.
 - **Receive the traffic.** Bucket names are global: a bucket of the same name in another account would take the
   records if ours were ever gone. The stream's role may write only to a bucket its own account owns
   (``s3:ResourceAccount``).
 - **Feed the stream.** Only CloudWatch Logs, for this account's log groups (``aws:SourceArn``), may assume the
-  role that puts into the stream; the stream takes no other writer.
+  role that puts into the stream.
 Records the filter lets through are checked again when read (``peagle_contract.capture.read_records``).
 """
 
