@@ -17,6 +17,7 @@ CAPTURE = CaptureConfig(sample_rate=0.1, stage="dev", target="llama")
 
 
 def _template(stack, serving, image, *, capture=CAPTURE):  # noqa: ANN001, ANN202
+    from aws_cdk import RemovalPolicy
     from aws_cdk import aws_logs as logs
     from aws_cdk.assertions import Template
 
@@ -24,7 +25,8 @@ def _template(stack, serving, image, *, capture=CAPTURE):  # noqa: ANN001, ANN20
 
     endpoint = PEagleEndpoint(stack, "Serving", model=ModelProps(serving=replace(serving, capture=capture)),
                               image=image, fleet=FleetProps(instance_type="ml.g6e.xlarge",
-                                                            log_retention=logs.RetentionDays.THREE_MONTHS))
+                                                            log_retention=logs.RetentionDays.THREE_MONTHS,
+                                                            removal_policy=RemovalPolicy.DESTROY))
     return endpoint, Template.from_stack(stack)
 
 
@@ -68,6 +70,8 @@ def test_the_records_keep_the_log_groups_key_and_expire_with_its_retention(stack
     assert stream["Properties"]["DeliveryStreamEncryptionConfigurationInput"]["KeyARN"] == key
     expiry = [r for r in bucket["Properties"]["LifecycleConfiguration"]["Rules"] if r.get("Prefix") == "capture/"]
     assert [r["ExpirationInDays"] for r in expiry] == [90]  # THREE_MONTHS, the log group's
+    # A destroyed stack keeps its records (they expire by the rule above), even on a fleet that deletes the rest.
+    assert bucket["DeletionPolicy"] == bucket["UpdateReplacePolicy"] == "Retain"
 
 
 def test_no_principal_but_the_streams_role_may_write_training_data(stack, serving, image):

@@ -16,7 +16,7 @@ metrics, read by PromQL alarms (:mod:`peagle_constructs.native_metrics`).
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_kms as kms
@@ -98,11 +98,13 @@ class EndpointMonitoring(ServingMetrics, Construct):
             retention=fleet.log_retention, removal_policy=fleet.removal_policy)
         self.metric_filters = metric_filters(self, log_group=self.log_group, namespace=self.namespace)
         # With capture on, its records go on to S3 for training, under the same key and for as long as the logs.
+        # The bucket outlives the stack whatever the fleet's removal policy: deleting a stack must not delete the
+        # records (and CloudFormation cannot delete a bucket that holds any); they expire by the bucket's rule.
         capture = model.serving.capture
         days = self.log_group.node.default_child.retention_in_days
         self.capture = CaptureDelivery(
             self, "Capture", log_group=self.log_group, key=self.key, stage=capture.stage,
-            expiration=Duration.days(days) if days else None, removal_policy=fleet.removal_policy,
+            expiration=Duration.days(days) if days else None, removal_policy=RemovalPolicy.RETAIN,
         ) if capture is not None else None
         self.notifications = AlarmTopic(self, "AlarmTopic", key=self.key, alarm_name_prefix=self.alarm_name_prefix,
                                         subscribers=model.alarm_subscribers, display_name=f"Alarms of {what}")
