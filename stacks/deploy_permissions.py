@@ -87,21 +87,9 @@ def _capturing(envs: Sequence[EnvironmentConfig]) -> list[EnvironmentConfig]:
     return [env for env in envs if env.model.serving.capture is not None]
 
 
-# The longest a capture bucket's name may be, and what its account and region add to the endpoint's name.
-CAPTURE_BUCKET_TAIL = len("-capture-") + 12 + 1 + len("ap-southeast-2")
-MAX_CAPTURE_ENDPOINT_NAME = 63 - CAPTURE_BUCKET_TAIL
-
-
-def capture_bucket_name(env: EnvironmentConfig, stack: Stack) -> str:
-    """The stage's capture bucket, named by the stacks so the execution policy can name it: bucket names are
-    global, so its account and region are in it (a bucket of that name in another account receives nothing: the
-    delivery role writes only to its own account's buckets)."""
-    return f"{env.endpoint_name}-capture-{stack.account}-{stack.region}"
-
-
 def _capture_buckets(stack: Stack, envs: Sequence[EnvironmentConfig], tail: str = "") -> list[str]:
     """The capture buckets of ``envs`` as ARNs (and ``tail`` below them)."""
-    return [f"arn:{stack.partition}:s3:::{capture_bucket_name(env, stack)}{tail}" for env in envs]
+    return [f"arn:{stack.partition}:s3:::{env.capture_bucket_name(stack.account, stack.region)}{tail}" for env in envs]
 
 
 def _names(envs: Sequence[EnvironmentConfig]) -> list[str]:

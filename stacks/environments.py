@@ -130,8 +130,6 @@ class EnvironmentConfig:
         capture = self.model.serving.capture
         if capture is None:
             return
-        from stacks.deploy_permissions import MAX_CAPTURE_ENDPOINT_NAME  # that module reads these configs
-
         if len(self.endpoint_name) > MAX_CAPTURE_ENDPOINT_NAME:
             raise ConfigError(f"{self.name}.name", f"got {self.name[:40]!r} ({len(self.name)} characters); allowed: "
                               f"at most {MAX_CAPTURE_ENDPOINT_NAME - len('peagle-')} with capture on (the stage's "
@@ -171,6 +169,12 @@ class EnvironmentConfig:
         # Stable across deploys: the log group, alarms and clients are keyed by it.
         return f"peagle-{self.name.lower()}"
 
+    def capture_bucket_name(self, account: str, region: str) -> str:
+        """The stage's capture bucket, named by the stacks so the execution policy can name it: bucket names are
+        global, so its account and region are in it (a bucket of that name in another account receives nothing:
+        the delivery role writes only to its own account's buckets)."""
+        return f"{self.endpoint_name}-capture-{account}-{region}"
+
     @property
     def component_name(self) -> str | None:
         """The inference component clients name in each request (``InferenceComponentName``); None: a
@@ -179,6 +183,10 @@ class EnvironmentConfig:
             return None
         model = re.sub(r"[^a-z0-9]+", "-", (self.model.serving.served_model_name or "model").lower()).strip("-")
         return f"{self.endpoint_name}-{model}"[:63].rstrip("-")
+
+
+# What a capture bucket's name adds to the endpoint's: "-capture-", a 12-digit account, "-", the longest region.
+MAX_CAPTURE_ENDPOINT_NAME = 63 - (len("-capture-") + 12 + 1 + len("ap-southeast-2"))
 
 
 def check_unique_names(environments: Iterable[EnvironmentConfig]) -> None:

@@ -12,7 +12,7 @@ from peagle_constructs import (
     ContainerImage, CopyScaling, PEagleComponentEndpoint, PEagleEndpoint, PEagleInferenceComponent,
 )
 
-from stacks.deploy_permissions import apply_to_stage, capture_bucket_name
+from stacks.deploy_permissions import apply_to_stage
 from stacks.environments import ComponentHosting, EnvironmentConfig
 from stacks.release import IMAGE_TAG_PREFIX, VERSION
 
@@ -83,7 +83,7 @@ class PEagleStack(Stack):
         capture = (self.component or self.endpoint).monitoring.capture
         if capture is not None:
             # A name the execution policy can scope the bucket's deploy to (the construct leaves it to CloudFormation).
-            capture.bucket.node.default_child.bucket_name = capture_bucket_name(config, self)
+            capture.bucket.node.default_child.bucket_name = config.capture_bucket_name(self.account, self.region)
             CfnOutput(self, "CaptureUri", value=capture.capture_uri,
                       description="the stage's capture records, for make train-drafter CAPTURE=")
         for key, value in config.tags.items():
