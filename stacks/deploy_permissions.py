@@ -221,8 +221,8 @@ def execution_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> dic
 def _capture_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> list[iam.PolicyStatement]:
     """What deploying a stage's capture delivery (peagle_constructs.capture_delivery) takes: its bucket and the
     bucket's policy, its Firehose stream (whose encryption with the stage's key is a grant Firehose makes), the
-    subscription filter on the stage's log group, and passing the two roles to the two services. None for a set
-    of stages none of which captures: the policy then only says so."""
+    subscription filter on the stage's log group, and passing the two roles to the two services. For stages none
+    of which captures, one statement refusing Firehose (IAM takes no policy without a statement)."""
     capturing = _capturing(envs)
     if not capturing:
         return [iam.PolicyStatement(sid="NoStageCaptures", effect=iam.Effect.DENY, actions=["firehose:*"],
