@@ -72,7 +72,7 @@ def test_a_bad_record_is_refused_by_place_and_nothing_is_written(logs, tmp_path,
 
 
 def test_a_stage_that_records_nothing_is_refused_by_name(capsys):
-    assert capture_export.main(["--env", "Dev", "--out", "unused"]) == 2
-    assert "Dev.model.serving.capture: none; this stage records nothing" in capsys.readouterr().err
+    assert capture_export.main(["--env", "Staging", "--out", "unused"]) == 2  # Dev records; Staging does not
+    assert "Staging.model.serving.capture: none; this stage records nothing" in capsys.readouterr().err
     assert capture_export.main(["--env", "Nowhere", "--out", "unused"]) == 2
     assert "--env: got 'Nowhere'; allowed: Dev, Staging, Prod" in capsys.readouterr().err

@@ -122,7 +122,9 @@ def _models(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--env", "qa"], "--env: got 'qa'; allowed: Dev, Staging, Prod"),
-    ([], "Dev.model.serving.capture: none, so no target name"),
+    # Dev records its traffic, so its capture names the target; Staging records nothing, so it names none.
+    ([], "capture.jsonl:1.target: got 'peagle-local'; allowed: 'gpt-oss-20b'"),
+    (["--env", "staging"], "Staging.model.serving.capture: none, so no target name"),
     (["--served-name", "peagle-local", "--k", "0"], "--k: got 0; allowed: 1 to 32"),
     (["--served-name", "peagle-local", "--margin", "0.9"], "--margin: got 0.9; allowed: a number >= 1"),
     (["--served-name", "peagle-local", "--bundle", "weights/bundle/"], "--bundle: got 'weights/bundle/'; allowed: s3://"),
