@@ -200,7 +200,10 @@ def test_sigterm_ends_a_stream_the_budget_cannot_hold_with_an_error_event(server
     error event and [DONE], its line says aborted (503) with the tokens it had, one stderr line says so; the
     process exits 0 soon after the budget, well inside SageMaker's 30 s."""
     pace = _steady_pace(server_k7.base)
-    tokens = min(MAX_MODEL_LEN - 64, max(8000, int(2 * pace * (DRAIN_S + 4))))
+    # The longest stream the engine holds. An 8,000-token stream came back with no error event in 3 of 4 runs
+    # here (2026-12-07), likely finished inside the budget: the pace is measured on another server than the one
+    # drained. The drain cuts the stream anyway, so a longer one costs no time.
+    tokens = MAX_MODEL_LEN - 64
     assert pace * (DRAIN_S + 4) < tokens, f"{pace:.0f} tokens/s: no stream the engine holds outlasts the drain"
     got = _sigterm_with_one_stream(untrained, tmp_path, tokens)
     events = got["events"]
