@@ -173,7 +173,7 @@ class EnvironmentConfig:
         """The stage's capture bucket, named by the stacks so the execution policy can name it: bucket names are
         global, so its account and region are in it (a bucket of that name in another account receives nothing:
         the delivery role writes only to its own account's buckets)."""
-        return f"{self.endpoint_name}-capture-{account}-{region}"
+        return _capture_bucket_name(self.endpoint_name, account, region)
 
     @property
     def component_name(self) -> str | None:
@@ -185,8 +185,13 @@ class EnvironmentConfig:
         return f"{self.endpoint_name}-{model}"[:63].rstrip("-")
 
 
-# What a capture bucket's name adds to the endpoint's: "-capture-", a 12-digit account, "-", the longest region.
-MAX_CAPTURE_ENDPOINT_NAME = 63 - (len("-capture-") + 12 + 1 + len("ap-southeast-2"))
+def _capture_bucket_name(endpoint_name: str, account: str, region: str) -> str:
+    return f"{endpoint_name}-capture-{account}-{region}"
+
+
+# The longest endpoint name whose capture bucket still fits S3's 63 characters, with a 12-digit account and the
+# longest region name: derived from the name itself, so the two cannot drift apart.
+MAX_CAPTURE_ENDPOINT_NAME = 63 - len(_capture_bucket_name("", "0" * 12, "ap-southeast-2"))
 
 
 def check_unique_names(environments: Iterable[EnvironmentConfig]) -> None:
