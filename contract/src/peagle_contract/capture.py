@@ -38,7 +38,9 @@ SCHEMA_VERSION = 1
 MAX_RECORD_BYTES = 250_000
 ROUTES = ("/invocations", "/v1/completions", "/v1/chat/completions")
 FINISH_REASONS = ("stop", "length")
-_NAME = re.compile(r"^[A-Za-z0-9][\w.\-/]{0,127}$")  # a stage's name, a model's name
+# A stage's name, a model's name: what a record may carry (and what a training job is asked to read).
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][\w.\-/]{0,127}$")
+NAME_ALLOWED = "1-128 of letters, digits, . _ - / (starting with a letter or digit)"
 _MAX_ID_CHARS = 128
 
 
@@ -51,7 +53,8 @@ class CaptureError(ValueError):
         self.field_name = field_name
 
 
-def _short(value: object, limit: int = 40) -> str:
+def short_repr(value: object, limit: int = 40) -> str:
+    """``value`` as an error message shows it: its repr, cut to ``limit`` characters (never echoed whole)."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "...'"
 
@@ -68,13 +71,12 @@ class CaptureConfig:
     def __post_init__(self) -> None:
         rate = self.sample_rate
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (0 < rate <= 1) or math.isnan(rate):
-            raise CaptureError("capture.sample_rate", f"got {_short(rate)}; allowed: a number in (0, 1], the share of "
+            raise CaptureError("capture.sample_rate", f"got {short_repr(rate)}; allowed: a number in (0, 1], the share of "
                                                       "requests recorded (leave capture unset to record none)")
         for name in ("stage", "target"):
             value = getattr(self, name)
-            if not isinstance(value, str) or not _NAME.match(value):
-                raise CaptureError(f"capture.{name}", f"got {_short(value)}; allowed: 1-128 of letters, digits, "
-                                                      ". _ - / (starting with a letter or digit)")
+            if not isinstance(value, str) or not NAME_PATTERN.match(value):
+                raise CaptureError(f"capture.{name}", f"got {short_repr(value)}; allowed: {NAME_ALLOWED}")
 
     def render(self) -> str:
         """The value of :data:`CAPTURE_VAR` in the container's environment."""
@@ -96,7 +98,7 @@ def parse_capture(env: Mapping[str, str]) -> CaptureConfig | None:
     keys = {"sample_rate", "stage", "target"}
     if not isinstance(obj, dict) or set(obj) != keys:
         got = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
-        raise CaptureError(CAPTURE_VAR, f"got keys {_short(got, 80)}; allowed: exactly {sorted(keys)}")
+        raise CaptureError(CAPTURE_VAR, f"got keys {short_repr(got, 80)}; allowed: exactly {sorted(keys)}")
     try:
         return CaptureConfig(**obj)
     except CaptureError as exc:
@@ -167,28 +169,28 @@ def check_record(record: object, where: str) -> dict:
     if not isinstance(record, dict):
         raise CaptureError(where, f"got {type(record).__name__}; allowed: a JSON object")
     if record.get(EVENT_FIELD) != EVENT_NAME:
-        raise CaptureError(f"{where}.{EVENT_FIELD}", f"got {_short(record.get(EVENT_FIELD))}; allowed: {EVENT_NAME!r}")
+        raise CaptureError(f"{where}.{EVENT_FIELD}", f"got {short_repr(record.get(EVENT_FIELD))}; allowed: {EVENT_NAME!r}")
     if record.get("schema") != SCHEMA_VERSION:
-        raise CaptureError(f"{where}.schema", f"got {_short(record.get('schema'))}; allowed: {SCHEMA_VERSION}")
+        raise CaptureError(f"{where}.schema", f"got {short_repr(record.get('schema'))}; allowed: {SCHEMA_VERSION}")
     unknown = sorted(set(record) - _FIELDS)
     if unknown:
         raise CaptureError(f"{where}.{unknown[0][:40]}", f"unknown field; allowed: {sorted(_FIELDS)}")
     for name in _STR_FIELDS:
         if not isinstance(record.get(name), str):
-            raise CaptureError(f"{where}.{name}", f"got {_short(record.get(name))}; allowed: a string")
+            raise CaptureError(f"{where}.{name}", f"got {short_repr(record.get(name))}; allowed: a string")
     for name in _INT_FIELDS:
         value = record.get(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise CaptureError(f"{where}.{name}", f"got {_short(value)}; allowed: a non-negative integer")
+            raise CaptureError(f"{where}.{name}", f"got {short_repr(value)}; allowed: a non-negative integer")
     if not isinstance(record.get("stream"), bool):
-        raise CaptureError(f"{where}.stream", f"got {_short(record.get('stream'))}; allowed: true or false")
+        raise CaptureError(f"{where}.stream", f"got {short_repr(record.get('stream'))}; allowed: true or false")
     if record.get("bundle") is not None and not isinstance(record["bundle"], str):
-        raise CaptureError(f"{where}.bundle", f"got {_short(record['bundle'])}; allowed: a string or null")
+        raise CaptureError(f"{where}.bundle", f"got {short_repr(record['bundle'])}; allowed: a string or null")
     if record["route"] not in ROUTES:
-        raise CaptureError(f"{where}.route", f"got {_short(record['route'])}; allowed: one of {ROUTES}")
+        raise CaptureError(f"{where}.route", f"got {short_repr(record['route'])}; allowed: one of {ROUTES}")
     if record["finish_reason"] not in FINISH_REASONS:
         raise CaptureError(f"{where}.finish_reason",
-                           f"got {_short(record['finish_reason'])}; allowed: one of {FINISH_REASONS}")
+                           f"got {short_repr(record['finish_reason'])}; allowed: one of {FINISH_REASONS}")
     if ("messages" in record) == ("prompt" in record):
         raise CaptureError(where, "allowed: exactly one of 'messages' (a chat request) and 'prompt' (a completion)")
     if "prompt" in record and not isinstance(record["prompt"], str):
@@ -234,13 +236,13 @@ def read_records(paths: Iterable[Path], *, stage: str, target: str) -> Capture:
                 check_record(record, where)
                 for name, wanted in (("stage", stage), ("target", target)):
                     if record[name] != wanted:
-                        raise CaptureError(f"{where}.{name}", f"got {_short(record[name])}; allowed: {wanted!r}, "
+                        raise CaptureError(f"{where}.{name}", f"got {short_repr(record[name])}; allowed: {wanted!r}, "
                                                               f"the {name} this capture is read for")
                 canonical = json.dumps(record, sort_keys=True)
                 first = seen.get(record["request_id"])
                 if first is not None:
                     if first[0] != canonical:
-                        raise CaptureError(f"{where}.request_id", f"{_short(record['request_id'])} was read at "
+                        raise CaptureError(f"{where}.request_id", f"{short_repr(record['request_id'])} was read at "
                                                                   f"{first[1]} with other content")
                     duplicates += 1
                     continue
@@ -256,7 +258,7 @@ def to_openai_chat(record: Mapping) -> dict:
     """A chat record as OpenAI's chat fine-tuning line (``{"messages": [..., assistant]}``). A completion
     record has no chat turns: it is refused, not turned into a user message it never was."""
     if "messages" not in record:
-        raise CaptureError(f"{_short(record.get('request_id'))}.prompt",
+        raise CaptureError(f"{short_repr(record.get('request_id'))}.prompt",
                            "a completion record has no chat messages; allowed here: chat records")
     return {"messages": [*record["messages"], {"role": "assistant", "content": record["answer"]}]}
 
@@ -272,7 +274,7 @@ def to_sharegpt(record: Mapping) -> dict:
     for i, turn in enumerate(turns):
         role = _SHAREGPT_ROLES.get(turn["role"])
         if role is None:
-            raise CaptureError(f"{_short(record.get('request_id'))}.messages.{i}.role",
-                               f"got {_short(turn['role'])}; allowed in ShareGPT: {sorted(_SHAREGPT_ROLES)}")
+            raise CaptureError(f"{short_repr(record.get('request_id'))}.messages.{i}.role",
+                               f"got {short_repr(turn['role'])}; allowed in ShareGPT: {sorted(_SHAREGPT_ROLES)}")
         out.append({"from": role, "value": turn["content"]})
     return {"conversations": out}
