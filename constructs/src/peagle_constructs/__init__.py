@@ -12,6 +12,7 @@ from peagle_constructs.autoscaling import (
     ComponentAutoscaling, EndpointAutoscaling, ScalingMetric, check_floor_above_zero,
 )
 from peagle_constructs.capture_delivery import CaptureDelivery
+from peagle_constructs.drafter_training import DrafterTraining
 from peagle_constructs.components import ComputeRequirements, CopyScaling, PEagleComponentEndpoint, PEagleInferenceComponent
 from peagle_constructs.deployment import DeploymentPolicy
 from peagle_constructs.endpoint_base import EndpointBase
@@ -26,13 +27,14 @@ from peagle_constructs.model import PEagleModel
 from peagle_constructs.monitoring import EndpointMonitoring
 from peagle_constructs.native_metrics import DetailedObservability, VllmMetricNames
 from peagle_constructs.notifications import AlarmSubscriber, AlarmTopic
-from peagle_constructs.props import FleetProps, InstancePool, ModelProps
+from peagle_constructs.props import DrafterTrainingProps, FleetProps, InstancePool, ModelProps
 from peagle_constructs.security import NAG_PACKS, add_nag_packs
 from peagle_constructs.single_model_endpoint import AutoscalingOptions, PEagleEndpoint
 
 __all__ = [
     "add_nag_packs", "AlarmSubscriber", "AlarmThresholds", "AlarmTopic", "AutoscalingOptions", "CaptureConfig",
     "CaptureDelivery",
+    "DrafterTraining", "DrafterTrainingProps",
     "check_endpoint_name", "check_floor_above_zero", "ComponentAutoscaling", "ComputeRequirements",
     "ConfigError", "ContainerImage", "CopyScaling", "DeploymentPolicy", "DetailedObservability",
     "EndpointAutoscaling", "EndpointBase", "EndpointMonitoring", "FleetProps", "GPU_FAMILIES", "InstancePool",

@@ -25,6 +25,8 @@ Records the filter lets through are checked again when read (``peagle_contract.c
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from aws_cdk import Aws, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesisfirehose as firehose
@@ -103,11 +105,14 @@ class CaptureDelivery(Construct):
             iam.PolicyStatement(actions=["kms:GenerateDataKey", "kms:Decrypt"], resources=[key.key_arn],
                                 conditions={"StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}}),
         ])
-        # Every writer but the stream is refused: the records are a drafter's training data and its gate's.
-        self.bucket.add_to_resource_policy(iam.PolicyStatement(
+        # Every writer but the stream (and those allow_writer names) is refused: the records are a drafter's
+        # training data and its gate's.
+        self._writers: list[str] = [self.role.role_arn]
+        self._only_writers = iam.PolicyStatement(
             sid="OnlyTheStreamWritesRecords", effect=iam.Effect.DENY, principals=[iam.AnyPrincipal()],
             actions=["s3:PutObject"], resources=[self.bucket.arn_for_objects("*")],
-            conditions={"ArnNotEquals": {"aws:PrincipalArn": self.role.role_arn}}))
+            conditions={"ArnNotEquals": {"aws:PrincipalArn": self.role.role_arn}})
+        self.bucket.add_to_resource_policy(self._only_writers)
         self.stream = firehose.CfnDeliveryStream(
             self, "Stream", delivery_stream_type="DirectPut",
             delivery_stream_encryption_configuration_input=firehose.CfnDeliveryStream.
@@ -143,6 +148,22 @@ class CaptureDelivery(Construct):
         bucket_id = stack.resolve(stack.get_logical_id(self.bucket.node.default_child))
         security.acknowledge_capture_delivery(self, bucket=self.bucket, policy=delivery, object_prefixes=[
             f"<{bucket_id}.Arn>/{prefix}*" for prefix in (CAPTURE_PREFIX, ERROR_PREFIX)])
+
+    def allow_writer(self, role: iam.IRole, *, prefixes: Sequence[str]) -> None:
+        """Let ``role`` put objects below ``prefixes`` of the bucket (a trainer's output beside the records it read);
+        the bucket policy then still refuses it, and every principal but the stream, the capture's own prefixes."""
+        for prefix in prefixes:
+            if not prefix.endswith("/") or prefix.startswith((CAPTURE_PREFIX, ERROR_PREFIX)):
+                raise ConfigError("prefixes", f"got {prefix[:60]!r}; allowed: a key prefix ending in '/' outside "
+                                              f"{CAPTURE_PREFIX} and {ERROR_PREFIX} (the stream's alone)")
+        if len(self._writers) == 1:
+            self.bucket.add_to_resource_policy(iam.PolicyStatement(
+                sid="OnlyTheStreamWritesTheCapture", effect=iam.Effect.DENY, principals=[iam.AnyPrincipal()],
+                actions=["s3:PutObject"], resources=[self.bucket.arn_for_objects(f"{CAPTURE_PREFIX}*"),
+                                                     self.bucket.arn_for_objects(f"{ERROR_PREFIX}*")],
+                conditions={"ArnNotEquals": {"aws:PrincipalArn": self.role.role_arn}}))
+        self._writers.append(role.role_arn)
+        self._only_writers.add_condition("ArnNotEquals", {"aws:PrincipalArn": list(self._writers)})
 
     @property
     def capture_uri(self) -> str:

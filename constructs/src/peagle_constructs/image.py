@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 
 from aws_cdk import Aws, IgnoreMode
 from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from peagle_constructs.errors import ConfigError
@@ -28,6 +29,14 @@ DEFAULT_ASSET_EXCLUDES: tuple[str, ...] = (
 class BoundImage:
     image_uri: str
     repository_arn: str  # the only repository the execution role may pull from
+
+    def pull_statements(self) -> list[iam.PolicyStatement]:
+        """What a SageMaker execution role needs to pull this image, and no other repository."""
+        return [iam.PolicyStatement(
+            actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+            resources=[self.repository_arn]),
+            # GetAuthorizationToken has no resource-level permission: it only lets the agent log in to ECR.
+            iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"])]
 
 
 class ContainerImage:

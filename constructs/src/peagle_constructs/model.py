@@ -20,7 +20,7 @@ from peagle_constructs.errors import ConfigError
 from peagle_constructs.image import BoundImage, ContainerImage
 from peagle_constructs.sagemaker_names import ENDPOINT_LOG_GROUP_PREFIX, ENDPOINT_METRICS_NAMESPACE
 from peagle_constructs.validation import is_unresolved
-from peagle_constructs.weights import WeightsLayout
+from peagle_constructs.weights import WeightsLayout, read_prefix_statements
 
 _ACCOUNT = re.compile(r"^\d{12}$")
 
@@ -113,23 +113,8 @@ class PEagleModel(Construct):
             log_group_given=log_group is not None)
 
     def _statements(self, log_group: logs.ILogGroup | None, weights_key: kms.IKey | None) -> list[iam.PolicyStatement]:
-        statements: list[iam.PolicyStatement] = []
-        # A bucket of the same name in another account would match the ARN: s3:ResourceAccount pins the owner.
-        owner = {"StringEquals": {"s3:ResourceAccount": self.weights_account}}
-        for prefix in self.layout.prefixes:
-            bucket_arn = f"arn:{Aws.PARTITION}:s3:::{prefix.bucket}"
-            statements.append(iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{bucket_arn}/{prefix.key_prefix}*"],
-                                                  conditions=owner))
-            statements.append(iam.PolicyStatement(
-                actions=["s3:ListBucket"], resources=[bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{prefix.key_prefix}*"]}, **owner},
-            ))
-        statements.append(iam.PolicyStatement(
-            actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
-            resources=[self.image.repository_arn],
-        ))
-        # GetAuthorizationToken has no resource-level permission: it only lets the agent log in to ECR.
-        statements.append(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
+        statements = read_prefix_statements(self.layout.prefixes, account=self.weights_account)
+        statements += self.image.pull_statements()
         log_group_arn = (log_group.log_group_arn if log_group is not None else
                          f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:{ENDPOINT_LOG_GROUP_PREFIX}*")
         # The four actions SageMaker lists for a hosting execution role. The group exists before the endpoint

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_events as events
 from aws_cdk import aws_logs as logs
 
 from peagle_contract.serving import ServingConfig
@@ -39,6 +40,30 @@ INFERENCE_AMI_VERSIONS = (
 DEFAULT_INFERENCE_AMI_VERSION = "al2023-ami-sagemaker-inference-gpu-4-1"
 MAX_INSTANCE_POOLS = 5  # ProductionVariant.InstancePools: the primary and up to four fallbacks
 PROVISION_TIMEOUT_MIN_S, PROVISION_TIMEOUT_MAX_S = 300, 3600  # VariantInstanceProvisionTimeoutInSeconds
+
+
+@dataclass(frozen=True, kw_only=True)
+class DrafterTrainingProps:
+    """How a stage trains its next drafter in the cloud (peagle_constructs.DrafterTraining): one SageMaker training
+    job of ``instance_type`` (a GPU training type) for at most ``max_runtime``, with ``volume_size_gb`` of storage;
+    the gate's ``margin`` (the AL ratio its interval's lower bound must reach), ``max_tokens`` per held-out answer,
+    ``cpu_seconds`` the recipe's training budget (None: the benchmark recipe's), and ``schedule`` (None: started
+    by hand)."""
+
+    instance_type: str = "ml.g6e.2xlarge"
+    max_runtime: Duration = Duration.hours(8)
+    volume_size_gb: int = 200
+    margin: float = 1.05
+    max_tokens: int = 128
+    cpu_seconds: float | None = None
+    schedule: events.Schedule | None = None
+
+    def validate(self) -> None:
+        InstanceType.of(self.instance_type)
+        check_duration(self.max_runtime, "max_runtime", 3600, 28 * 86400)  # SageMaker's MaxRuntimeInSeconds
+        check_int(self.volume_size_gb, "volume_size_gb", 1, 16384)
+        if self.schedule is not None:
+            check_type(self.schedule, "schedule", events.Schedule, "an aws_events.Schedule or None")
 
 
 @dataclass(frozen=True, kw_only=True)

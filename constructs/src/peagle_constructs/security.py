@@ -169,3 +169,42 @@ def acknowledge_capture_delivery(delivery: IConstruct, *, bucket: IConstruct, po
         _acknowledge(bucket, f"{pack}-S3BucketReplicationEnabled", _CAPTURE_REPLICATION)
     for prefix in object_prefixes:
         _acknowledge(policy, _resource_finding("AwsSolutions-IAM5", prefix), _CAPTURE_OBJECTS)
+
+
+# -- the drafter's training in the cloud --------------------------------------------------------------
+
+
+def acknowledge_drafter_training(*, job_policy: IConstruct, state_machine_policy: IConstruct, written: Sequence[str],
+                                 read: Sequence[str], log_streams: str, jobs: str, reports: str) -> None:
+    """The training job's and its state machine's remaining wildcards, each named, as cdk-nag spells them: the
+    capture bucket's prefixes the job writes (``written``) and reads with the pinned bundle's (``read``), its log
+    streams, the stage's training jobs and their gate reports. The bucket is the capture's, whose own findings
+    acknowledge_capture_delivery names."""
+    rule = "AwsSolutions-IAM5"
+    for prefix in written:
+        _acknowledge(job_policy, _resource_finding(rule, prefix), _CANDIDATE_OBJECTS)
+    for prefix in read:
+        _acknowledge(job_policy, _resource_finding(rule, prefix), _TRAINING_READS)
+    _acknowledge(job_policy, _resource_finding(rule, "*"), _TRAINING_ANY)
+    _acknowledge(job_policy, _resource_finding(rule, log_streams), _TRAINING_LOG_STREAMS)
+    _acknowledge(state_machine_policy, _resource_finding(rule, "*"), _STATE_MACHINE_DELIVERY)
+    _acknowledge(state_machine_policy, _resource_finding(rule, jobs), _TRAINING_JOBS)
+    _acknowledge(state_machine_policy, _resource_finding(rule, reports), _TRAINING_REPORTS)
+
+
+_CANDIDATE_OBJECTS = ("SageMaker writes each job's output and checkpoints below <prefix>/<job name>/, names not known "
+                      "at synth; the role names its two prefixes, in a bucket of its own account only")
+_TRAINING_READS = ("SageMaker copies the capture prefix and the pinned bundle's prefix into the job's channels; their "
+                   "object keys are not known at synth, so the role reads by prefix (buckets of the stated account "
+                   "only), and the job checks the bundle against its pin")
+_TRAINING_ANY = (f"{_ECR_TOKEN}; cloudwatch:PutMetricData (in SageMaker's list of execution-role permissions for "
+                 "training) has no resource-level permissions; a condition pins it to /aws/sagemaker/TrainingJobs")
+_TRAINING_LOG_STREAMS = ("SageMaker names a job's log streams <job name>/algo-<n>-<time>; the role writes only streams of "
+                         "this stage's jobs, in SageMaker's training log group")
+_STATE_MACHINE_DELIVERY = ("CloudWatch Logs' log-delivery actions and X-Ray's trace actions have no resource-level "
+                           "permissions (service authorization reference); Step Functions needs them to deliver the "
+                           "state machine's logs and traces")
+_TRAINING_JOBS = ("each execution names its job <stage prefix>-<uuid>, unknown at synth; the state machine may start, "
+                  "describe and stop only jobs of that prefix")
+_TRAINING_REPORTS = ("the state machine reads one object of each of its jobs, the gate report SageMaker uploads at "
+                     "<job name>/output/model/gate.json; the job name is known only when it runs")

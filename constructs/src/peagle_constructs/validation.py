@@ -59,12 +59,12 @@ def check_positive(value: object, field_name: str, allowed: str = "a positive nu
 def check_duration(value: object, field_name: str, low_s: float, high_s: float) -> int:
     """A Duration of ``low_s..high_s`` seconds; returns its whole seconds (what CloudFormation takes)."""
     if not isinstance(value, Duration):
-        raise ConfigError(field_name, f"got {value!r}; allowed: an aws_cdk.Duration of {low_s:g}..{high_s:g} s")
+        raise ConfigError(field_name, f"got {value!r}; allowed: an aws_cdk.Duration of {low_s:.10g}..{high_s:.10g} s")
     if value.is_unresolved():
         return value.to_seconds()  # a token: CDK renders it as such
     seconds = value.to_seconds()
     if not low_s <= seconds <= high_s:
-        raise ConfigError(field_name, f"got {seconds:g} s; allowed: {low_s:g}..{high_s:g} s")
+        raise ConfigError(field_name, f"got {seconds:.10g} s; allowed: {low_s:.10g}..{high_s:.10g} s")
     return int(seconds)
 
 

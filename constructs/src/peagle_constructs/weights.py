@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
+from typing import Sequence
+
+from aws_cdk import Aws
+from aws_cdk import aws_iam as iam
 
 from peagle_contract.serving import TARGET_MODEL_DIR, ServingConfig, is_s3_uri
 
@@ -92,3 +96,18 @@ class WeightsLayout:
                     "the drafter inside the target's prefix",
                 )
         return cls(source=source, target_dir=inside(target), drafter_dir=inside(drafter), prefixes=(source,))
+
+
+def read_prefix_statements(prefixes: Sequence[S3Prefix], *, account: str) -> list[iam.PolicyStatement]:
+    """Read (and list) below each of ``prefixes`` and nothing else, in buckets ``account`` owns: a bucket of the
+    same name in another account would match the ARN, so s3:ResourceAccount pins the owner."""
+    owner = {"StringEquals": {"s3:ResourceAccount": account}}
+    statements: list[iam.PolicyStatement] = []
+    for prefix in prefixes:
+        bucket_arn = f"arn:{Aws.PARTITION}:s3:::{prefix.bucket}"
+        statements.append(iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{bucket_arn}/{prefix.key_prefix}*"],
+                                              conditions=owner))
+        statements.append(iam.PolicyStatement(
+            actions=["s3:ListBucket"], resources=[bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{prefix.key_prefix}*"]}, **owner}))
+    return statements
