@@ -1,6 +1,7 @@
 """What a stack's template says should exist, and what the account really holds: the deploy check.
 
-The check asks each service's own API (SageMaker, Application Auto Scaling, CloudWatch, CloudWatch Logs, SNS)
+The check asks each service's own API (SageMaker, Application Auto Scaling, CloudWatch, CloudWatch Logs, SNS,
+Step Functions, SSM)
 rather than trusting CloudFormation's CREATE_COMPLETE: moto reports that status for resource types it
 silently skipped, and that is exactly the failure this table is meant to show.
 """
@@ -24,6 +25,8 @@ CHECKED_TYPES: tuple[tuple[str, str], ...] = (
     ("metric filter", "AWS::Logs::MetricFilter"),
     ("log group", "AWS::Logs::LogGroup"),
     ("alarm subscription", "AWS::SNS::Subscription"),
+    ("training state machine", "AWS::StepFunctions::StateMachine"),
+    ("candidate parameter", "AWS::SSM::Parameter"),
 )
 _LABEL = dict((t, label) for label, t in CHECKED_TYPES)
 
@@ -76,7 +79,8 @@ def _name_from_arn(value: str) -> str:
 
 def _missing(error: Exception) -> bool:
     code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
-    return code in {"ValidationException", "ResourceNotFoundException", "ResourceNotFound", "NotFound"}
+    return code in {"ValidationException", "ResourceNotFoundException", "ResourceNotFound", "NotFound",
+                    "ParameterNotFound", "StateMachineDoesNotExist"}
 
 
 def _exists(session: Any, resource: Resource, *, in_service: bool = True) -> bool:
@@ -116,6 +120,12 @@ def _exists(session: Any, resource: Resource, *, in_service: bool = True) -> boo
             return any(g["logGroupName"] == pid for g in groups)
         if t == "AWS::SNS::Subscription":
             session.client("sns").get_subscription_attributes(SubscriptionArn=pid)
+            return True
+        if t == "AWS::StepFunctions::StateMachine":  # the physical id is the state machine's ARN
+            session.client("stepfunctions").describe_state_machine(stateMachineArn=pid)
+            return True
+        if t == "AWS::SSM::Parameter":
+            session.client("ssm").get_parameter(Name=pid)
             return True
     except Exception as error:  # botocore ClientError, but keep this module free of a botocore import
         if _missing(error):

@@ -10,7 +10,7 @@ from aws_cdk import Annotations, App
 from peagle_constructs import ContainerImage, add_nag_packs
 
 from stacks.environments import ENVIRONMENTS, EnvironmentConfig, check_unique_names
-from stacks.image_context import image_context
+from stacks.image_context import TRAINING, image_context
 from stacks.isolation import (  # the OFFLINE_* names are re-exported: callers import them from here
     OFFLINE_ACCOUNT, OFFLINE_CONTEXT, OFFLINE_REGION, check_pinned_weights, check_separate_accounts, offline, place,
 )
@@ -30,6 +30,15 @@ def serving_image(app: App) -> ContainerImage:
     return ContainerImage.from_asset(str(image_context()), file="Dockerfile")
 
 
+def training_image(app: App) -> ContainerImage:
+    """The drafter's training image: `-c trainingImageUri=<ecr uri>`, or models/Dockerfile built as an asset
+    from its own small context (the trainer's and the contract's wheels)."""
+    uri = app.node.try_get_context("trainingImageUri")
+    if uri:
+        return ContainerImage.from_uri(str(uri))
+    return ContainerImage.from_asset(str(image_context(spec=TRAINING)), file="Dockerfile")
+
+
 def builtin_cloudformation_validation() -> bool:
     """Off unless CDK_VALIDATION=true: it doubles the synth time and cfn-lint covers it in the tests."""
     return os.environ.get("CDK_VALIDATION", "false").lower() == "true"
@@ -40,6 +49,8 @@ def build_app(app: App, environments: Iterable[EnvironmentConfig] = ENVIRONMENTS
     environments = tuple(environments)
     check_unique_names(environments)
     image = serving_image(app)
+    # Built only when a stage trains in the cloud: otherwise no stage has a second image to publish.
+    trainer = training_image(app) if any(config.training is not None for config in environments) else None
     placements = [place(app, config) for config in environments]
     if not offline(app):  # a real account: the stages kept apart, each serving pinned weights where it must
         check_separate_accounts(placements)
@@ -47,7 +58,8 @@ def build_app(app: App, environments: Iterable[EnvironmentConfig] = ENVIRONMENTS
     stages = {}
     for placement in placements:
         config, account = placement.config, placement.account
-        stage = PEagleStage(app, config=config, image=image, account=account, region=placement.region)
+        stage = PEagleStage(app, config=config, image=image, account=account, region=placement.region,
+                            training_image=trainer if config.training is not None else None)
         if offline(app):
             Annotations.of(stage.stack).add_warning_v2(
                 "peagle:offline-account", f"synthesized offline for review (the placeholder account {OFFLINE_ACCOUNT} "

@@ -11,7 +11,7 @@ bootstrap: the bootstrap comes after it, with its execution policy). Then, in ea
     npx cdk bootstrap aws://<account>/<region> --cloudformation-execution-policies \\
         arn:aws:iam::<account>:policy/peagle-cfn-execution-iam,arn:aws:iam::<account>:policy/peagle-cfn-execution-serving,\\
 arn:aws:iam::<account>:policy/peagle-cfn-execution-observability,\\
-arn:aws:iam::<account>:policy/peagle-cfn-execution-capture
+arn:aws:iam::<account>:policy/peagle-cfn-execution-capture,arn:aws:iam::<account>:policy/peagle-cfn-execution-training
 
 (the stack's ``BootstrapCommand`` output prints it). The deploy role trusts one GitHub token only: audience
 ``sts.amazonaws.com`` and the subject :func:`deploy_subject` - this repository, the stage's GitHub environment,

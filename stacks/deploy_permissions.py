@@ -24,20 +24,24 @@ from aws_cdk import Aspects, IAspect, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
+from peagle_constructs.drafter_training import candidate_parameter_name, job_name_prefix, training_name
 from peagle_constructs.weights import WeightsLayout
 
 from stacks.environments import EnvironmentConfig
 
-# Four managed policies (IAM; serving; observability; capture delivery): with three stages in one account one
-# policy would pass IAM's 6,144-character limit.
+# Five managed policies (IAM; serving; observability; capture delivery; drafter training): with three stages in one
+# account one policy would pass IAM's 6,144-character limit.
 EXECUTION_POLICY_NAMES = ("peagle-cfn-execution-iam", "peagle-cfn-execution-serving",
-                          "peagle-cfn-execution-observability", "peagle-cfn-execution-capture")
+                          "peagle-cfn-execution-observability", "peagle-cfn-execution-capture",
+                          "peagle-cfn-execution-training")
 BOUNDARY_NAME = "peagle-workload-boundary"
 CDK_QUALIFIER = "hnb659fds"  # the CDK bootstrap's default qualifier
 # Passed to by the stacks: SageMaker runs models as their execution role; with capture on, Firehose writes the
 # records as its delivery role and CloudWatch Logs puts them into the stream as the subscription's.
 PASSED_TO = ("sagemaker.amazonaws.com",)
 CAPTURE_PASSED_TO = ("firehose.amazonaws.com", "logs.amazonaws.com")
+# With training on, Step Functions runs the state machine as its role and EventBridge starts it as the schedule's.
+TRAINING_PASSED_TO = ("states.amazonaws.com", "events.amazonaws.com")
 SCALING_SERVICE = "sagemaker.application-autoscaling.amazonaws.com"
 SCALING_LINKED_ROLE = f"aws-service-role/{SCALING_SERVICE}/AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
 
@@ -90,6 +94,10 @@ def _capturing(envs: Sequence[EnvironmentConfig]) -> list[EnvironmentConfig]:
 def _capture_buckets(stack: Stack, envs: Sequence[EnvironmentConfig], tail: str = "") -> list[str]:
     """The capture buckets of ``envs`` as ARNs (and ``tail`` below them)."""
     return [f"arn:{stack.partition}:s3:::{env.capture_bucket_name(stack.account, stack.region)}{tail}" for env in envs]
+
+
+def _training(envs: Sequence[EnvironmentConfig]) -> list[EnvironmentConfig]:
+    return [env for env in envs if env.training is not None]
 
 
 def _names(envs: Sequence[EnvironmentConfig]) -> list[str]:
@@ -215,7 +223,8 @@ def execution_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> dic
                      "sns:SetSubscriptionAttributes", "sns:GetDataProtectionPolicy", "sns:PutDataProtectionPolicy"],
             resources=[stack.format_arn(service="sns", resource="*")]),
     ]
-    return dict(zip(EXECUTION_POLICY_NAMES, (identities, services, observability, _capture_statements(stack, envs))))
+    return dict(zip(EXECUTION_POLICY_NAMES, (identities, services, observability, _capture_statements(stack, envs),
+                                             _training_statements(stack, envs))))
 
 
 def _capture_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> list[iam.PolicyStatement]:
@@ -255,6 +264,112 @@ def _capture_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> list
         iam.PolicyStatement(
             sid="PassTheCaptureRoles", actions=["iam:PassRole", "iam:GetRole"], resources=roles,
             conditions={"StringEqualsIfExists": {"iam:PassedToService": list(CAPTURE_PASSED_TO)}}),
+    ]
+
+
+def _training_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> list[iam.PolicyStatement]:
+    """What deploying a stage's drafter training (peagle_constructs.drafter_training) takes: its state machine, the
+    log group it logs to and the log delivery Step Functions sets up for the caller, the candidate's parameter, the
+    schedule's rule, and passing the two roles to the two services. For stages none of which trains, one statement
+    refusing Step Functions."""
+    training = _training(envs)
+    if not training:
+        return [iam.PolicyStatement(sid="NoStageTrains", effect=iam.Effect.DENY, actions=["states:*"],
+                                    resources=["*"])]
+    names = [training_name(env.name.lower()) for env in training]
+    roles = [_arn(stack, "iam", "role", f"{iam_path(env).strip('/')}/*", region=False) for env in training]
+    return [
+        iam.PolicyStatement(
+            sid="TheStagesTrainingStateMachines",
+            actions=["states:CreateStateMachine", "states:UpdateStateMachine", "states:DeleteStateMachine",
+                     "states:DescribeStateMachine", "states:TagResource", "states:UntagResource",
+                     "states:ListTagsForResource"],
+            resources=[_arn(stack, "states", "stateMachine", n, colon=True) for n in names]),
+        # Step Functions' documentation: whoever creates a state machine that logs to CloudWatch Logs sets up the
+        # log delivery; these actions have no resource-level permissions.
+        iam.PolicyStatement(
+            sid="StateMachineLogDelivery",
+            actions=["logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery",
+                     "logs:DeleteLogDelivery", "logs:ListLogDeliveries", "logs:PutResourcePolicy",
+                     "logs:DescribeResourcePolicies", "logs:DescribeLogGroups"],
+            resources=["*"]),
+        iam.PolicyStatement(
+            sid="TheStagesTrainingLogGroups",
+            actions=["logs:CreateLogGroup", "logs:DeleteLogGroup", "logs:PutRetentionPolicy",
+                     "logs:DeleteRetentionPolicy", "logs:AssociateKmsKey", "logs:DisassociateKmsKey",
+                     "logs:TagResource", "logs:UntagResource", "logs:ListTagsForResource",
+                     "logs:PutLogGroupDeletionProtection", "logs:GetDataProtectionPolicy",
+                     "logs:PutDataProtectionPolicy", "logs:DeleteDataProtectionPolicy", "logs:DescribeIndexPolicies",
+                     "logs:PutIndexPolicy", "logs:DeleteIndexPolicy", "logs:PutBearerTokenAuthentication"],
+            resources=[_arn(stack, "logs", "log-group", f"/aws/vendedlogs/states/{n}{tail}", colon=True)
+                       for n in names for tail in ("", ":*")]),
+        iam.PolicyStatement(
+            sid="TheStagesCandidateParameters",
+            actions=["ssm:PutParameter", "ssm:DeleteParameter", "ssm:GetParameters", "ssm:AddTagsToResource",
+                     "ssm:RemoveTagsFromResource", "ssm:ListTagsForResource"],
+            resources=[_arn(stack, "ssm", "parameter", candidate_parameter_name(env.name.lower()).lstrip("/"))
+                       for env in training]),
+        iam.PolicyStatement(
+            sid="TheStagesTrainingSchedules",
+            actions=["events:PutRule", "events:DeleteRule", "events:DescribeRule", "events:PutTargets",
+                     "events:RemoveTargets", "events:ListTargetsByRule", "events:TagResource", "events:UntagResource",
+                     "events:ListTagsForResource"],
+            resources=[_arn(stack, "events", "rule", n) for n in names]),
+        iam.PolicyStatement(
+            sid="PassTheTrainingRoles", actions=["iam:PassRole"], resources=roles,
+            conditions={"StringEquals": {"iam:PassedToService": list(TRAINING_PASSED_TO)}}),
+    ]
+
+
+def _training_boundary(stack: Stack, envs: Sequence[EnvironmentConfig]) -> list[iam.PolicyStatement]:
+    """The most the training roles of ``envs`` may do: the state machine's (this stage's training jobs, their
+    role passed to SageMaker, the rule Step Functions watches jobs through, the gate report, the candidate's
+    parameter, logs and traces), the job's (the capture bucket read and written, the key through S3, storage
+    grants, its logs) and the schedule's (start the state machine)."""
+    training = _training(envs)
+    if not training:
+        return []
+    stages = [env.name.lower() for env in training]
+    roles = [_arn(stack, "iam", "role", f"{iam_path(env).strip('/')}/*", region=False) for env in training]
+    job_logs = _arn(stack, "logs", "log-group", "/aws/sagemaker/TrainingJobs", colon=True)
+    return [
+        iam.PolicyStatement(
+            sid="RunTheStagesTrainingJobs",
+            actions=["sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"],
+            resources=[_arn(stack, "sagemaker", "training-job", f"{job_name_prefix(s)}-*") for s in stages]),
+        iam.PolicyStatement(sid="PassTrainingJobRoles", actions=["iam:PassRole"], resources=roles,
+                            conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}),
+        iam.PolicyStatement(sid="WatchTrainingJobs",
+                            actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
+                            resources=[_arn(stack, "events", "rule",
+                                            "StepFunctionsGetEventsForSageMakerTrainingJobsRule")]),
+        iam.PolicyStatement(sid="ReadTheCapture", actions=["s3:GetObject", "s3:ListBucket"],
+                            resources=[*_capture_buckets(stack, training),
+                                       *_capture_buckets(stack, training, "/*")]),
+        iam.PolicyStatement(sid="EncryptTrainingOutput", actions=["kms:Encrypt"],
+                            resources=[_arn(stack, "kms", "key", "*")],
+                            conditions={"StringEquals": {"kms:ViaService": f"s3.{stack.region}.amazonaws.com"}}),
+        # Key policies refuse every grant not for an AWS resource (peagle_constructs.security).
+        iam.PolicyStatement(sid="TrainingVolumeGrants", actions=["kms:CreateGrant"],
+                            resources=[_arn(stack, "kms", "key", "*")]),
+        iam.PolicyStatement(sid="PublishCandidates", actions=["ssm:PutParameter"],
+                            resources=[_arn(stack, "ssm", "parameter", candidate_parameter_name(s).lstrip("/"))
+                                       for s in stages]),
+        iam.PolicyStatement(sid="StateMachineLogsAndTraces",
+                            actions=["logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery",
+                                     "logs:DeleteLogDelivery", "logs:ListLogDeliveries", "logs:PutResourcePolicy",
+                                     "logs:DescribeResourcePolicies", "logs:DescribeLogGroups",
+                                     "xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules",
+                                     "xray:GetSamplingTargets"],
+                            resources=["*"]),
+        iam.PolicyStatement(sid="WriteTrainingLogs",
+                            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
+                                     "logs:DescribeLogStreams"],
+                            resources=[job_logs,
+                                       *(f"{job_logs}:log-stream:{job_name_prefix(s)}-*" for s in stages)]),
+        iam.PolicyStatement(sid="StartTraining", actions=["states:StartExecution"],
+                            resources=[_arn(stack, "states", "stateMachine", training_name(s), colon=True)
+                                       for s in stages]),
     ]
 
 
@@ -298,6 +413,7 @@ def boundary_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> list
             iam.PolicyStatement(sid="FeedCaptureStreams", actions=["firehose:PutRecord", "firehose:PutRecordBatch"],
                                 resources=[_arn(stack, "firehose", "deliverystream", "*")]),
         ]
+    statements += _training_boundary(stack, envs)
     keys = sorted({env.weights_key_arn for env in envs if env.weights_key_arn})
     if keys:
         statements.append(iam.PolicyStatement(sid="DecryptWeights", actions=["kms:Decrypt"], resources=keys))

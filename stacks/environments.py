@@ -25,8 +25,8 @@ from peagle_contract.bundle import bundle_uri
 
 from peagle_constructs import (
     AlarmSubscriber, AlarmThresholds, AutoscalingOptions, CaptureConfig, ComputeRequirements, ConfigError, CopyScaling,
-    DeploymentPolicy, FleetProps, InstancePool, InstanceScaling, ModelProps, ScaleIn, check_endpoint_name,
-    check_floor_above_zero,
+    DeploymentPolicy, DrafterTrainingProps, FleetProps, InstancePool, InstanceScaling, ModelProps, ScaleIn,
+    check_endpoint_name, check_floor_above_zero,
 )
 from peagle_constructs.presets import GPT_OSS_20B
 
@@ -95,6 +95,9 @@ class EnvironmentConfig:
     shared_account_reason: str | None = None
     # A real-account synth refuses this stage without a pinned weights bundle (bundle_manifest_sha256).
     require_pinned_weights: bool = False
+    # Train the stage's next drafter in the cloud on its own captured traffic (peagle_constructs.DrafterTraining):
+    # it needs capture on and a pinned weights bundle, since the job starts from the weights the pin names only.
+    training: DrafterTrainingProps | None = None
     tags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -120,6 +123,7 @@ class EnvironmentConfig:
             raise ConfigError(f"{self.name}.shared_account_reason", f"got {str(self.shared_account_reason)[:40]!r}; "
                               "allowed: None (an account of its own) or a sentence saying why the account is shared")
         self._check_capture()
+        self._check_training()
         if self.weights_key_arn is not None and not _KMS_KEY_ARN.match(str(self.weights_key_arn)):
             raise ConfigError(f"{self.name}.weights_key_arn", f"got {self.weights_key_arn!r}; allowed: a KMS key ARN "
                               "'arn:aws:kms:<region>:<account>:key/<key id>'")
@@ -142,6 +146,24 @@ class EnvironmentConfig:
             raise ConfigError(f"{self.name}.model.serving.capture.target",
                               f"got {capture.target[:40]!r}; allowed: {preset.served_model_name!r}, the target the "
                               f"{preset.name} preset serves")
+
+    def _check_training(self) -> None:
+        training, serving, where = self.training, self.model.serving, f"{self.name}.training"
+        if training is None:
+            return
+        if not isinstance(training, DrafterTrainingProps):
+            raise ConfigError(where, f"got {type(training).__name__}; allowed: DrafterTrainingProps(...) or None")
+        if serving.capture is None:
+            raise ConfigError(where, "set, but model.serving.capture is None; allowed: training with capture on (the "
+                                     "job trains on the stage's own records), or training=None")
+        if serving.bundle_manifest_sha256 is None:
+            raise ConfigError(where, "set, but the stage's weights are not pinned; allowed: training once "
+                                     f"PINNED_BUNDLES[{self.name.lower()!r}] names a bundle (the job starts from the "
+                                     "bytes the pin names, and checks them)")
+        try:
+            training.validate()
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.{exc.field_name}", str(exc).split(": ", 1)[1]) from None
 
     def _check_hosting(self) -> None:
         hosting = self.hosting

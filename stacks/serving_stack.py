@@ -9,8 +9,10 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from peagle_constructs import (
-    ContainerImage, CopyScaling, PEagleComponentEndpoint, PEagleEndpoint, PEagleInferenceComponent,
+    CaptureDelivery, ContainerImage, CopyScaling, DrafterTraining, PEagleComponentEndpoint, PEagleEndpoint,
+    PEagleInferenceComponent,
 )
+from peagle_constructs.weights import WeightsLayout
 
 from stacks.deploy_permissions import apply_to_stage
 from stacks.environments import ComponentHosting, EnvironmentConfig
@@ -44,6 +46,7 @@ def when_idle(scaling: CopyScaling) -> str:
 
 class PEagleStack(Stack):
     def __init__(self, scope: Construct, id: str = STACK_ID, *, config: EnvironmentConfig, image: ContainerImage,
+                 training_image: ContainerImage | None = None,
                  **kwargs) -> None:  # noqa: ANN003 - StackProps (env, synthesizer, ...)
         super().__init__(
             scope, id,
@@ -86,8 +89,30 @@ class PEagleStack(Stack):
             capture.bucket.node.default_child.bucket_name = config.capture_bucket_name(self.account, self.region)
             CfnOutput(self, "CaptureUri", value=capture.capture_uri,
                       description="the stage's capture records, for make train-drafter CAPTURE=")
+        self.training: DrafterTraining | None = None
+        if config.training is not None:
+            self.training = self._drafter_training(config, capture, training_image, weights_key)
         for key, value in config.tags.items():
             Tags.of(self).add(key, value)
         # Every role this stage creates lives under its IAM path and carries its account's workload boundary: what
         # the scoped CloudFormation execution policy requires (stacks.deploy_permissions).
         apply_to_stage(self, config)
+
+    def _drafter_training(self, config: EnvironmentConfig, capture: CaptureDelivery,
+                          training_image: ContainerImage | None, weights_key: kms.IKey | None) -> DrafterTraining:
+        """The stage's drafter training: its own capture in, from the bundle it serves (EnvironmentConfig refuses
+        training without capture or a pin), at the K it serves."""
+        if training_image is None:
+            raise ValueError(f"{config.name}.training is set but no training image was given to the stack")
+        serving = config.model.serving
+        training = DrafterTraining(
+            self, "DrafterTraining", image=training_image, stage=config.name.lower(),
+            key=(self.component or self.endpoint).monitoring.key, capture=capture,
+            bundle=WeightsLayout.of(serving).source.uri,
+            bundle_sha256=serving.bundle_manifest_sha256, target_name=serving.capture.target,
+            k=serving.num_speculative_tokens, props=config.training, weights_key=weights_key)
+        CfnOutput(self, "DrafterTrainingStateMachine", value=training.state_machine_arn,
+                  description="aws stepfunctions start-execution --state-machine-arn <this>: train the next drafter")
+        CfnOutput(self, "DrafterCandidateParameter", value=training.parameter_name,
+                  description="the last candidate that passed its gate: its pin and figures (aws ssm get-parameter)")
+        return training

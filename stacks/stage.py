@@ -13,7 +13,7 @@ from stacks.serving_stack import PEagleStack
 
 class PEagleStage(Stage):
     def __init__(self, scope: Construct, *, config: EnvironmentConfig, image: ContainerImage,
-                 account: str, region: str) -> None:
+                 account: str, region: str, training_image: ContainerImage | None = None) -> None:
         super().__init__(scope, config.name, env=Environment(account=account, region=region))
         self.config = config
-        self.stack = PEagleStack(self, config=config, image=image)
+        self.stack = PEagleStack(self, config=config, image=image, training_image=training_image)

@@ -25,6 +25,10 @@
 7. Instance pools. moto refuses a production variant without InstanceType or ServerlessConfig; SageMaker takes
    InstancePools instead of InstanceType (a capacity fallback ladder). We check each pool's instance type as
    moto checks InstanceType; a variant with neither still fails.
+8. SSM parameter tags. CloudFormation's AWS::SSM::Parameter spells Tags as a map (name: value), not a list;
+   moto's model hands the map to its API code, which iterates {"Key", "Value"} items and fails with TypeError:
+   any tagged parameter (a stage that trains publishes its candidate in one) broke the stack. We pass the
+   list the API code reads.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from moto.sagemaker.exceptions import ValidationError
 from moto.sagemaker.models import FakeEndpoint, FakeEndpointConfig, SageMakerModelBackend
 from moto.sagemaker.models import Model as FakeModel
 from moto.sagemaker.responses import SageMakerResponse
+from moto.ssm.models import Parameter as SsmParameter
 
 _SIZES = r"(?:large|xlarge|2xlarge|4xlarge|8xlarge|12xlarge|16xlarge|24xlarge|32xlarge|48xlarge)"
 LLM_INSTANCE_TYPE = re.compile(
@@ -81,6 +86,17 @@ def _create_kms_key(cls, resource_name, cloudformation_json, account_id, region_
     props["Tags"] = [{"TagKey": t["Key"], "TagValue": t["Value"]} if "Key" in t else t for t in props.get("Tags") or []]
     return _moto_create_kms_key(cls, resource_name, {**cloudformation_json, "Properties": props}, account_id,
                                 region_name, **kwargs)
+
+
+_moto_create_ssm_parameter = SsmParameter.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+
+def _create_ssm_parameter(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):  # type: ignore[no-untyped-def]
+    props = dict(cloudformation_json.get("Properties") or {})
+    if isinstance(props.get("Tags"), dict):
+        props["Tags"] = [{"Key": k, "Value": v} for k, v in props["Tags"].items()]
+    return _moto_create_ssm_parameter(cls, resource_name, {**cloudformation_json, "Properties": props}, account_id,
+                                      region_name, **kwargs)
 
 
 def _delete_managed_policy(self: ManagedPolicy, account_id: str, region_name: str) -> None:
@@ -152,6 +168,7 @@ def install() -> None:
     """Idempotent. Call before moto's CloudFormation type caches are (re)built."""
     ManagedPolicy.delete = _delete_managed_policy  # type: ignore[attr-defined]
     KmsKey.create_from_cloudformation_json = classmethod(_create_kms_key)  # type: ignore[method-assign,assignment]
+    SsmParameter.create_from_cloudformation_json = classmethod(_create_ssm_parameter)  # type: ignore[method-assign,assignment]
     FakeEndpointConfig.validate_instance_type = _validate_instance_type  # type: ignore[method-assign]
     FakeEndpointConfig.validate_production_variants = _validate_production_variants  # type: ignore[method-assign]
     SageMakerModelBackend.validate_production_variants = _check_variant_models  # type: ignore[method-assign]

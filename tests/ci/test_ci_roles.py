@@ -28,6 +28,7 @@ from stacks.ci_roles import (
 from stacks.deploy_permissions import BOUNDARY_NAME, EXECUTION_POLICY_NAMES, SCALING_SERVICE, iam_path
 from stacks.environments import ENVIRONMENTS
 from tests.policy_judge import Place, Request, allowed, joined
+from tests.training_config import with_dev_training
 
 REPO = "acme/peagle"
 REGION = "us-east-1"
@@ -35,24 +36,37 @@ ACCOUNTS = {"Dev": "111122223333", "Staging": "222233334444", "Prod": "333344445
 CONTEXT = {**{f"account.{name}": account for name, account in ACCOUNTS.items()}, "region": REGION,
            "imageUri": f"{ACCOUNTS['Dev']}.dkr.ecr.{REGION}.amazonaws.com/peagle:1"}
 PROVIDER = "arn:aws:iam::{account}:oidc-provider/token.actions.githubusercontent.com"
+# The stages as committed, and with Dev training its drafter in the cloud (what a stage adds when it trains).
+VARIANTS = {"as-committed": ENVIRONMENTS, "dev-trains": with_dev_training(ENVIRONMENTS)}
 IAM_LIMIT = 6144  # characters in a managed policy, whitespace not counted
+
+
+@lru_cache(maxsize=None)
+def _ci_templates(variant: str) -> dict[str, dict]:
+    stacks = build_ci_app(App(context=CONTEXT), REPO, VARIANTS[variant])
+    assert sorted(stacks) == sorted(f"PEagleCiRoles-{name}" for name in ACCOUNTS)
+    return {name: Template.from_stack(stacks[f"PEagleCiRoles-{name}"]).to_json() for name in ACCOUNTS}
+
+
+@lru_cache(maxsize=None)
+def _stage_templates(variant: str) -> dict[str, dict]:
+    from stacks.application import OFFLINE, build_app
+
+    context = {**OFFLINE, **CONTEXT, "trainingImageUri": CONTEXT["imageUri"].replace("peagle:1", "peagle-trainer:1")}
+    stages = build_app(App(context=context), VARIANTS[variant], nag=False)
+    return {name: Template.from_stack(stage.stack).to_json() for name, stage in stages.items()}
 
 
 @pytest.fixture(scope="module")
 def ci_templates() -> dict[str, dict]:
     """Each stage's delivery stack, with the stages in their own accounts (by stage name)."""
-    stacks = build_ci_app(App(context=CONTEXT), REPO)
-    assert sorted(stacks) == sorted(f"PEagleCiRoles-{name}" for name in ACCOUNTS)
-    return {name: Template.from_stack(stacks[f"PEagleCiRoles-{name}"]).to_json() for name in ACCOUNTS}
+    return _ci_templates("as-committed")
 
 
 @pytest.fixture(scope="module")
 def stage_templates() -> dict[str, dict]:
     """The serving stages as they deploy into those accounts (offline: no pins needed, nothing else differs)."""
-    from stacks.application import OFFLINE, build_app
-
-    stages = build_app(App(context={**OFFLINE, **CONTEXT}), nag=False)
-    return {name: Template.from_stack(stage.stack).to_json() for name, stage in stages.items()}
+    return _stage_templates("as-committed")
 
 
 def _of(template: dict, kind: str) -> dict[str, dict]:
@@ -210,6 +224,10 @@ SNS_ROLE_ONLY = {"iam:GetRole", "iam:PassRole"}  # SNS handlers: delivery-status
 # The same, for one resource type only.
 NOT_CALLED_BY = {
     "AWS::Logs::LogGroup": {"firehose:TagDeliveryStream": "only for log delivery to Firehose"},
+    "AWS::StepFunctions::StateMachine": {
+        p: "only for a definition read from S3 or encryption with a customer key, which the drafter training's "
+           "state machine has neither of" for p in ("kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKey",
+                                                    "s3:GetObject", "s3:GetObjectVersion")},
     "AWS::S3::Bucket": {
         **{p: "a bucket feature the capture bucket never sets (its handler calls it only when the property is "
               "given)" for p in (
@@ -253,7 +271,7 @@ def _not_called(kind: str, permission: str) -> bool:
 
 # Resource types whose Ref is their ARN (the others' Ref is their name or id).
 REF_IS_ARN = {"AWS::IAM::ManagedPolicy", "AWS::SNS::Topic", "AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig",
-              "AWS::SageMaker::Endpoint", "AWS::SageMaker::InferenceComponent"}
+              "AWS::SageMaker::Endpoint", "AWS::SageMaker::InferenceComponent", "AWS::StepFunctions::StateMachine"}
 
 
 class _Attributes(dict):
@@ -282,7 +300,9 @@ class _Names:
         props, kind = resource.get("Properties", {}), resource["Type"]
         given = {"AWS::Logs::LogGroup": "LogGroupName", "AWS::CloudWatch::Alarm": "AlarmName",
                  "AWS::SageMaker::Endpoint": "EndpointName",
-                 "AWS::SageMaker::InferenceComponent": "InferenceComponentName"}.get(kind)
+                 "AWS::SageMaker::InferenceComponent": "InferenceComponentName",
+                 "AWS::StepFunctions::StateMachine": "StateMachineName", "AWS::SSM::Parameter": "Name",
+                 "AWS::Events::Rule": "Name"}.get(kind)
         if given and given in props:
             return props[given]
         if kind == "AWS::KMS::Key":
@@ -312,6 +332,9 @@ class _Names:
             "AWS::SageMaker::InferenceComponent": f"{p}:sagemaker:{REGION}:{a}:inference-component/{name}",
             "AWS::S3::Bucket": f"{p}:s3:::{name}",
             "AWS::KinesisFirehose::DeliveryStream": f"{p}:firehose:{REGION}:{a}:deliverystream/{name}",
+            "AWS::StepFunctions::StateMachine": f"{p}:states:{REGION}:{a}:stateMachine:{name}",
+            "AWS::SSM::Parameter": f"{p}:ssm:{REGION}:{a}:parameter{name}",
+            "AWS::Events::Rule": f"{p}:events:{REGION}:{a}:rule/{name}",
         }.get(kind, f"{p}:application-autoscaling:{REGION}:{a}:scalable-target/{lid.lower()}")
 
     def requests(self, lid: str, permission: str) -> list[Request]:
@@ -335,6 +358,11 @@ class _Names:
             return [request(self.place.resolve({"Fn::GetAtt": [props_ref(r), "Arn"]}))]
         if kind == "AWS::S3::BucketPolicy":
             return [request(f"arn:aws:s3:::{props['Bucket']}")]
+        if kind == "AWS::StepFunctions::StateMachine" and permission == "iam:PassRole":
+            return [request(props["RoleArn"], **{"iam:PassedToService": "states.amazonaws.com"})]
+        if kind == "AWS::Events::Rule" and permission == "iam:PassRole":
+            return [request(target["RoleArn"], **{"iam:PassedToService": "events.amazonaws.com"})
+                    for target in props["Targets"]]
         if permission == "iam:PassRole":
             role = props.get("ExecutionRoleArn") or props.get("RoleARN")
             if role is None:
@@ -384,9 +412,10 @@ def _execution_policy(ci_template: dict, stage: str) -> dict:
     return _place(stage).resolve(joined(*docs))
 
 
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("stage", list(ACCOUNTS))
-def test_cloudformation_may_do_everything_its_handlers_need_for_the_stages_resources(ci_templates, stage_templates,
-                                                                                     stage):
+def test_cloudformation_may_do_everything_its_handlers_need_for_the_stages_resources(variant, stage):
+    ci_templates, stage_templates = _ci_templates(variant), _stage_templates(variant)
     names = _Names(stage, stage_templates[stage])
     policy = _execution_policy(ci_templates[stage], stage)
     refused, judged = [], 0
@@ -402,8 +431,10 @@ def test_cloudformation_may_do_everything_its_handlers_need_for_the_stages_resou
     assert judged > 150  # every resource of the stage, each of its handlers' permissions (195-239 today)
 
 
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("stage", list(ACCOUNTS))
-def test_cloudformation_cannot_escalate_or_reach_another_stage(ci_templates, stage_templates, stage):
+def test_cloudformation_cannot_escalate_or_reach_another_stage(variant, stage):
+    ci_templates, stage_templates = _ci_templates(variant), _stage_templates(variant)
     names = _Names(stage, stage_templates[stage])
     policy = _execution_policy(ci_templates[stage], stage)
     a = ACCOUNTS[stage]
@@ -435,14 +466,21 @@ def test_cloudformation_cannot_escalate_or_reach_another_stage(ci_templates, sta
                                         f"arn:aws:sagemaker:{REGION}:{a}:endpoint/{other.endpoint_name}"),
         "the weights": may("s3:PutObject", "arn:aws:s3:::peagle-weights-prod/bundles/x"),
         "a role assumed": may("sts:AssumeRole", f"arn:aws:iam::{a}:role/admin"),
+        "another stage's training": may("states:UpdateStateMachine", f"arn:aws:states:{REGION}:{a}:stateMachine:"
+                                                                      f"peagle-{other.name.lower()}-drafter-training"),
+        "another stage's candidate": may("ssm:PutParameter", f"arn:aws:ssm:{REGION}:{a}:parameter/peagle/"
+                                                              f"{other.name.lower()}/drafter-candidate"),
+        "a state machine of anyone's": may("states:CreateStateMachine", f"arn:aws:states:{REGION}:{a}:stateMachine:x"),
+        "a role passed to Lambda": may("iam:PassRole", ours, **{"iam:PassedToService": "lambda.amazonaws.com"}),
     }
     assert [name for name, ok in attempts.items() if ok] == []
 
 
-def test_each_managed_policy_fits_iam_even_with_every_stage_in_one_account():
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_each_managed_policy_fits_iam_even_with_every_stage_in_one_account(variant):
     from dataclasses import replace
 
-    shared = tuple(replace(env, shared_account_reason="one account for everything") for env in ENVIRONMENTS)
+    shared = tuple(replace(env, shared_account_reason="one account for everything") for env in VARIANTS[variant])
     (stack,) = build_ci_app(App(context={"account": ACCOUNTS["Dev"], "region": REGION}), REPO, shared).values()
     place = _place("Dev")
     for policy in _of(Template.from_stack(stack).to_json(), "AWS::IAM::ManagedPolicy").values():
@@ -452,14 +490,16 @@ def test_each_managed_policy_fits_iam_even_with_every_stage_in_one_account():
 
 # --- the workload boundary -------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("stage", list(ACCOUNTS))
-def test_every_role_a_stage_creates_carries_the_boundary_and_stays_within_it(ci_templates, stage_templates, stage):
+def test_every_role_a_stage_creates_carries_the_boundary_and_stays_within_it(variant, stage):
+    ci_templates, stage_templates = _ci_templates(variant), _stage_templates(variant)
     names = _Names(stage, stage_templates[stage])
     template = stage_templates[stage]
     (boundary,) = [names.place.resolve(r["Properties"]["PolicyDocument"])
                    for r in _of(ci_templates[stage], "AWS::IAM::ManagedPolicy").values()
                    if r["Properties"]["ManagedPolicyName"] == BOUNDARY_NAME]
-    env = next(e for e in ENVIRONMENTS if e.name == stage)
+    env = next(e for e in VARIANTS[variant] if e.name == stage)
     for lid, role in _of(template, "AWS::IAM::Role").items():
         props = names.place.resolve(role["Properties"])
         assert props["PermissionsBoundary"] == f"arn:aws:iam::{ACCOUNTS[stage]}:policy/{BOUNDARY_NAME}", lid
@@ -479,7 +519,11 @@ def test_every_role_a_stage_creates_carries_the_boundary_and_stays_within_it(ci_
     assert outside == []
     for action, resource in (("s3:PutObject", "arn:aws:s3:::peagle-weights-prod/x"), ("iam:CreateRole", "*"),
                              ("sts:AssumeRole", "*"), ("s3:GetObject", "arn:aws:s3:::another-bucket/x"),
-                             ("sagemaker:CreateEndpoint", "*"), ("kms:Decrypt", "*")):
+                             ("sagemaker:CreateEndpoint", "*"), ("kms:Decrypt", "*"),
+                             ("sagemaker:CreateTrainingJob", f"arn:aws:sagemaker:{REGION}:{ACCOUNTS[stage]}:"
+                                                             "training-job/mine"),
+                             ("states:StartExecution", "*"), ("ssm:PutParameter", "*"),
+                             ("s3:GetObject", "arn:aws:s3:::peagle-weights-prod/other/x")):
         assert not allowed(boundary, Request(service="", action=action, resource=resource), names.place,
                            identity=True), action
 

@@ -10,7 +10,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from ops import inventory
+from ops import cdk, inventory
 from stacks.environments import ENVIRONMENTS
 from tests.stacks.template_helpers import STAGES
 
@@ -117,3 +117,49 @@ def test_stage_creates_every_resource_and_deletes_all(stage: str, stage_stacks, 
         after = _everything(session)
         after["log groups"] = [g for g in after["log groups"] if g not in retained]
         assert after == before, {k: v for k, v in after.items() if v != before[k]}
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Tried to parse AWS.CDK.Metadata")
+def test_a_stage_that_trains_creates_its_state_machine_and_deletes_it(tmp_path, moto_region: str) -> None:
+    """Dev pinned and training on a schedule (tests.training_config): moto's CloudFormation creates the state
+    machine, its parameter, roles and schedule, each service holds them, and a delete leaves only what is retained
+    (the capture bucket, which now also holds the candidates)."""
+    from aws_cdk import App
+
+    from stacks.application import OFFLINE, build_app
+    from tests.conftest import LOCAL_IMAGE_URI
+    from tests.training_config import with_dev_training
+
+    environments = with_dev_training(ENVIRONMENTS)
+    app = App(context={**OFFLINE, "imageUri": LOCAL_IMAGE_URI, "trainingImageUri": LOCAL_IMAGE_URI},
+              outdir=str(tmp_path / "cdk.out"))
+    build_app(app, environments, nag=False)
+    app.synth()
+    (stack,) = cdk.stage_stacks(tmp_path / "cdk.out", "Dev")
+    with mock_aws():
+        session = boto3.Session(region_name=moto_region)
+        session.client("ssm").put_parameter(Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String")
+        cfn = session.client("cloudformation")
+        cfn.create_stack(StackName=stack.stack_name, TemplateBody=stack.template_path.read_text(),
+                         Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"])
+        assert cfn.describe_stacks(StackName=stack.stack_name)["Stacks"][0]["StackStatus"] == "CREATE_COMPLETE"
+        template = stack.template()
+        resources = inventory.stack_resources(session, stack.stack_name, template)
+        rows = inventory.check(session, template, resources)
+        assert all(row.ok for row in rows), inventory.render([(stack.display_name, rows)])
+        counts = {row.label: row.expected for row in rows}
+        assert counts["training state machine"] == counts["candidate parameter"] == 1
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in cfn.describe_stacks(
+            StackName=stack.stack_name)["Stacks"][0]["Outputs"]}
+        machine = session.client("stepfunctions").describe_state_machine(
+            stateMachineArn=outputs["DrafterTrainingStateMachine"])
+        assert machine["name"] == "peagle-dev-drafter-training" and "createTrainingJob.sync" in machine["definition"]
+        parameter = session.client("ssm").get_parameter(Name=outputs["DrafterCandidateParameter"])["Parameter"]
+        assert parameter["Value"] == "none"  # nothing published before a candidate passes its gate
+        rules = session.client("events").list_rules(NamePrefix="peagle-dev-drafter-training")["Rules"]
+        assert [r["ScheduleExpression"] for r in rules] == ["rate(7 days)"]
+        cfn.delete_stack(StackName=stack.stack_name)
+        left = inventory.after_delete(session, resources)
+        assert all(row.ok for row in left), inventory.render([(f"{stack.display_name} after delete", left)])
+        assert session.client("stepfunctions").list_state_machines()["stateMachines"] == []
