@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 # The pull request's base: origin/main in a clone, else the local main branch.
 BASE ?= $(shell git rev-parse --verify -q origin/main >/dev/null && echo origin/main || echo main)
 
-.PHONY: setup setup-cdk synth test test-fast diff deploy destroy serve invoke demo models toy-models real-models stage-weights verify-bundle prune capture-export train-drafter smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-features bench-synthetic bench-published bench-traffic-loop bench-middleware bench-ping bench-drain bench-kernel bench-kernel-smoke rehearse clean
+.PHONY: setup setup-cdk synth test test-fast diff deploy destroy serve invoke demo models toy-models real-models stage-weights verify-bundle prune capture-export train-drafter stage-candidate smoke loadtest wheels bench bench-synth bench-cpu bench-real bench-features bench-synthetic bench-published bench-traffic-loop bench-middleware bench-ping bench-drain bench-kernel bench-kernel-smoke rehearse clean
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
 
@@ -116,6 +116,13 @@ train-drafter: setup
 		$(if $(DRAFTER_MODEL),--drafter "$(DRAFTER_MODEL)") $(if $(BUNDLE),--bundle "$(BUNDLE)") $(if $(K),--k $(K)) \
 		$(if $(CPU_SECONDS),--cpu-seconds $(CPU_SECONDS)) $(if $(MARGIN),--margin $(MARGIN)) \
 		$(if $(SERVED_NAME),--served-name "$(SERVED_NAME)")
+
+# The candidate a stage's training in the cloud passed (the state machine publishes it in SSM), staged beside the
+# pinned target as a new bundle, with the pin change to commit (docs/capture.md):
+#   make stage-candidate ENV=dev [CANDIDATE=s3://<capture bucket>/candidates/dev/<job>/output/model/]
+# Exit 2: a candidate, report or bundle refused, named; nothing staged.
+stage-candidate: setup
+	$(PY) -m ops.stage_candidate --env $(ENV) $(if $(CANDIDATE),--candidate "$(CANDIDATE)")
 
 # Does the endpoint answer? Through the real boto3 client: TARGET=local (a front door on loopback) or aws.
 smoke: setup

@@ -155,7 +155,7 @@ def _missing(exc) -> bool:
     return exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound")
 
 
-def _existing_manifest(s3, where: S3Prefix) -> bytes | None:
+def existing_manifest(s3, where: S3Prefix) -> bytes | None:
     from botocore.exceptions import ClientError
 
     try:
@@ -202,14 +202,14 @@ def stage(target: Source, drafter: Source, bundle: str, *, s3=None, log: Callabl
               "files": len(listed), "bytes": sum(f.size for f in listed), "uploaded": 0, "skipped": 0,
               "existing": False, "drafter": drafter_info}
     s3 = s3 or boto3.client("s3")
-    there = _existing_manifest(s3, where)
+    there = existing_manifest(s3, where)
     if there is not None:
         if there != manifest:  # the key names this content: other bytes there were written by someone else
             raise StageError(f"{where.uri}{MANIFEST_NAME} exists but is not this bundle's manifest (sha256 "
                              f"{digest(there)[:12]}..., expected {pin[:12]}...); allowed: nothing is written over an "
                              "existing bundle: find out who wrote it (`make verify-bundle` names what differs)")
         log(f"bundle {where.uri} already exists (its manifest is there): nothing uploaded")
-        _record(manifest, pin, record_in, log)
+        record_manifest(manifest, pin, record_in, log)
         return {**result, "existing": True, "seconds": round(time.monotonic() - started, 1)}
 
     config = TransferConfig(multipart_threshold=part_size, multipart_chunksize=part_size)
@@ -225,7 +225,7 @@ def stage(target: Source, drafter: Source, bundle: str, *, s3=None, log: Callabl
         s3.upload_file(str(path), where.bucket, key, Config=config, Callback=_Progress(f.path, f.size, part_size, log),
                        ExtraArgs={"ChecksumAlgorithm": "SHA256"})
         result["uploaded"] += 1
-    strays = _strays(s3, where, {f.path for f in listed} | {MANIFEST_NAME})  # a manifest there: the put says so
+    strays = strays_in(s3, where, {f.path for f in listed} | {MANIFEST_NAME})  # a manifest there: the put says so
     if strays:
         raise StageError(f"{where.uri}: holds {len(strays)} objects that are not part of this bundle "
                          f"({', '.join(strays[:5])}); allowed: only the bundle's files (remove them; the manifest "
@@ -239,11 +239,11 @@ def stage(target: Source, drafter: Source, bundle: str, *, s3=None, log: Callabl
         raise StageError(f"{where.uri}{MANIFEST_NAME}: written by someone else while staging; nothing written over "
                          "it (check the bundle with `make verify-bundle`)") from None
     log(f"manifest written: {where.uri}{MANIFEST_NAME} (sha256 {pin})")
-    _record(manifest, pin, record_in, log)
+    record_manifest(manifest, pin, record_in, log)
     return {**result, "seconds": round(time.monotonic() - started, 1)}
 
 
-def _record(manifest: bytes, pin: str, folder: Path | None, log: Callable[[str], None]) -> None:
+def record_manifest(manifest: bytes, pin: str, folder: Path | None, log: Callable[[str], None]) -> None:
     if folder is None:
         return
     folder.mkdir(parents=True, exist_ok=True)
@@ -251,7 +251,7 @@ def _record(manifest: bytes, pin: str, folder: Path | None, log: Callable[[str],
     log(f"manifest kept for the pull request: {folder / f'{pin}.json'}")
 
 
-def _strays(s3, where: S3Prefix, paths: set[str]) -> list[str]:
+def strays_in(s3, where: S3Prefix, paths: set[str]) -> list[str]:
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=where.bucket, Prefix=where.key_prefix)
     keys = (o["Key"][len(where.key_prefix):] for page in pages for o in page.get("Contents", []))
     return sorted(display_path(k) for k in keys if k not in paths)

@@ -295,7 +295,7 @@ def test_a_manifest_written_meanwhile_is_not_written_over(mocked_s3, untrained, 
     from ops import stage_weights
 
     _stage_in_process(mocked_s3, untrained.target, untrained.drafter)
-    monkeypatch.setattr(stage_weights, "_existing_manifest", lambda s3, where: None)  # lost the race to look
+    monkeypatch.setattr(stage_weights, "existing_manifest", lambda s3, where: None)  # lost the race to look
     with pytest.raises(stage_weights.StageError, match="written by someone else while staging"):
         _stage_in_process(mocked_s3, untrained.target, untrained.drafter)
 
