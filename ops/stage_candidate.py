@@ -130,7 +130,8 @@ def stage_candidate(*, env: str, candidate: str | None, s3: Any, ssm: Any, accou
     where = candidate_location(stage, candidate or published_candidate(ssm, stage), bucket)
     manifest = _get(s3, bucket, where.key_prefix + CANDIDATE_MANIFEST, account)
     report = _get(s3, bucket, where.key_prefix + GATE_REPORT, account)
-    pinned_manifest = _get(s3, pinned.bucket, pinned.key_prefix + MANIFEST_NAME, account)
+    weights_owner = config.model.weights_account or account
+    pinned_manifest = _get(s3, pinned.bucket, pinned.key_prefix + MANIFEST_NAME, weights_owner)
     if digest(pinned_manifest) != pin:
         raise CandidateError(f"{pinned.uri}{MANIFEST_NAME}: sha256 {digest(pinned_manifest)[:12]}...; allowed: the "
                              f"stage's pin {pin[:12]}...")
@@ -172,8 +173,14 @@ def stage_candidate(*, env: str, candidate: str | None, s3: Any, ssm: Any, accou
         raise CandidateError(f"{new.uri}: holds objects that are not part of the bundle ({', '.join(strays[:5])}); "
                              "the manifest was not written")
     verify_listing(manifest, new_pin, listing(s3, new), opener(s3, new), bundle=new.uri.rstrip("/"), where="candidate")
-    s3.put_object(Bucket=new.bucket, Key=new.key_prefix + MANIFEST_NAME, Body=manifest, ContentType="application/json",
-                  ChecksumAlgorithm="SHA256", IfNoneMatch="*")
+    from botocore.exceptions import ClientError
+
+    try:  # last, and only if no manifest is there: a bundle is never written over
+        s3.put_object(Bucket=new.bucket, Key=new.key_prefix + MANIFEST_NAME, Body=manifest,
+                      ContentType="application/json", ChecksumAlgorithm="SHA256", IfNoneMatch="*")
+    except ClientError as exc:
+        raise CandidateError(f"{new.uri}{MANIFEST_NAME}: not written ({exc.response['Error'].get('Code')}); nothing "
+                             "is written over a bundle (check it with `make verify-bundle`)") from None
     log(f"manifest written: {new.uri}{MANIFEST_NAME} (sha256 {new_pin})")
     record_manifest(manifest, new_pin, repo / MANIFESTS_DIR, log)
     return result

@@ -349,9 +349,10 @@ def _training_boundary(stack: Stack, envs: Sequence[EnvironmentConfig]) -> list[
         iam.PolicyStatement(sid="EncryptTrainingOutput", actions=["kms:Encrypt"],
                             resources=[_arn(stack, "kms", "key", "*")],
                             conditions={"StringEquals": {"kms:ViaService": f"s3.{stack.region}.amazonaws.com"}}),
-        # Key policies refuse every grant not for an AWS resource (peagle_constructs.security).
+        # A grant SageMaker makes for the job's volume only (key policies refuse others: peagle_constructs.security).
         iam.PolicyStatement(sid="TrainingVolumeGrants", actions=["kms:CreateGrant"],
-                            resources=[_arn(stack, "kms", "key", "*")]),
+                            resources=[_arn(stack, "kms", "key", "*")],
+                            conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}}),
         iam.PolicyStatement(sid="PublishCandidates", actions=["ssm:PutParameter"],
                             resources=[_arn(stack, "ssm", "parameter", candidate_parameter_name(s).lstrip("/"))
                                        for s in stages]),

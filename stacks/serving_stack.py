@@ -110,7 +110,8 @@ class PEagleStack(Stack):
             key=(self.component or self.endpoint).monitoring.key, capture=capture,
             bundle=WeightsLayout.of(serving).source.uri,
             bundle_sha256=serving.bundle_manifest_sha256, target_name=serving.capture.target,
-            k=serving.num_speculative_tokens, props=config.training, weights_key=weights_key)
+            k=serving.num_speculative_tokens, props=config.training, weights_account=config.model.weights_account,
+            weights_key=weights_key)
         CfnOutput(self, "DrafterTrainingStateMachine", value=training.state_machine_arn,
                   description="aws stepfunctions start-execution --state-machine-arn <this>: train the next drafter")
         CfnOutput(self, "DrafterCandidateParameter", value=training.parameter_name,

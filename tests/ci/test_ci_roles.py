@@ -507,9 +507,9 @@ def test_every_role_a_stage_creates_carries_the_boundary_and_stays_within_it(var
     outside = []
     for lid, policy in _of(template, "AWS::IAM::ManagedPolicy").items():
         for statement in names.place.resolve(policy["Properties"]["PolicyDocument"])["Statement"]:
-            # A request the statement allows carries what its own StringEquals conditions require.
-            context = {key: _listed(value)[0] for key, value in statement.get("Condition", {}).get(
-                "StringEquals", {}).items()}
+            # A request the statement allows carries what its own StringEquals and Bool conditions require.
+            context = {key: _listed(value)[0] for operator in ("StringEquals", "Bool")
+                       for key, value in statement.get("Condition", {}).get(operator, {}).items()}
             for action in _listed(statement["Action"]):
                 for resource in _listed(statement["Resource"]):
                     # A resource pattern lies within the boundary when the boundary allows it as written.

@@ -165,3 +165,19 @@ def test_a_bad_stage_is_refused_by_name(stack, stage):
     group = logs.LogGroup(stack, "Group", removal_policy=RemovalPolicy.DESTROY)
     with pytest.raises(ConfigError, match=r"stage.*allowed: 1-64 characters"):
         CaptureDelivery(stack, "Capture", log_group=group, key=key, stage=stage)
+
+
+@pytest.mark.parametrize("prefix", ["capture/dev/", "delivery-errors/", "candidates/dev"])
+def test_another_writer_is_never_let_into_the_captures_own_prefixes(stack, prefix):
+    from aws_cdk import RemovalPolicy
+    from aws_cdk import aws_iam as iam
+    from aws_cdk import aws_kms as kms
+    from aws_cdk import aws_logs as logs
+
+    from peagle_constructs import CaptureDelivery, ConfigError
+
+    group = logs.LogGroup(stack, "Group", removal_policy=RemovalPolicy.DESTROY)
+    capture = CaptureDelivery(stack, "Capture", log_group=group, key=kms.Key(stack, "Key"), stage="dev")
+    role = iam.Role(stack, "Trainer", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
+    with pytest.raises(ConfigError, match=r"prefixes: got .*allowed: a key prefix ending in '/' outside capture/"):
+        capture.allow_writer(role, prefixes=[prefix])
