@@ -131,7 +131,7 @@ def test_the_job_runs_isolated_encrypted_on_the_contracts_channels(stack, image)
     key = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/{one(_template_obj(stack), 'AWS::KMS::Key')[0]}"
     assert request["OutputDataConfig"] == {"S3OutputPath": request["OutputDataConfig"]["S3OutputPath"],
                                            "KmsKeyId": key, "CompressionType": "NONE"}
-    assert "VolumeKmsKeyId" not in request["ResourceConfig"]  # g6e: local NVMe, encrypted by the hardware
+    assert "VolumeKmsKeyId" not in request["ResourceConfig"]  # g7e: local NVMe, encrypted by the hardware
 
 
 def _template_obj(stack):  # noqa: ANN001, ANN202

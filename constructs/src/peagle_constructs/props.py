@@ -50,7 +50,10 @@ class DrafterTrainingProps:
     ``cpu_seconds`` the recipe's training budget (None: the benchmark recipe's), and ``schedule`` (None: started
     by hand)."""
 
-    instance_type: str = "ml.g6e.2xlarge"
+    # The trainer computes in fp32 and on the instance's CPUs (models/trainer has no GPU path), and its gate runs vLLM
+    # in fp32: a 21B-parameter target such as gpt-oss-20b is about 78 GiB so, which a g6e's 48 GB GPU and the
+    # 64 GiB host of ml.g6e.2xlarge cannot hold; ml.g7e.4xlarge has a 96 GB GPU and 128 GiB of host memory.
+    instance_type: str = "ml.g7e.4xlarge"
     max_runtime: Duration = Duration.hours(8)
     volume_size_gb: int = 200
     margin: float = 1.05
