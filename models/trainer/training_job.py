@@ -1,8 +1,8 @@
 """The drafter's SageMaker training job: the contract of peagle_contract.training_job around
 models.trainer.traffic_training.run, the trainer `make train-drafter` runs locally.
 
-    peagle-train train                               # what SageMaker runs (the image's command); root /opt/ml
-    PEAGLE_TRAINING_ROOT=/tmp/ml python -m models.trainer.training_job   # a folder laid out like it (tests)
+    peagle-train train        # what SageMaker runs (the image's command), in the contract's ROOT
+    PEAGLE_TRAINING_ROOT=<folder> python -m models.trainer.training_job   # a folder laid out like it (tests)
 
 1. The hyperparameters are parsed before any other input is read: a job asked for something the contract does not
    allow reads nothing.
