@@ -137,7 +137,8 @@ def stage_candidate(*, env: str, candidate: str | None, s3: Any, ssm: Any, accou
                              f"stage's pin {pin[:12]}...")
     new_pin = check_candidate(manifest, report, pinned_manifest)
     new = S3Prefix.parse(bundle_uri(prefix.uri, new_pin))
-    result = {"manifest_sha256": new_pin, "bundle": new.uri, "existing": False, "candidate": where.uri}
+    result = {"manifest_sha256": new_pin, "bundle": new.uri, "existing": False, "candidate": where.uri,
+              "stage": stage}
     there = existing_manifest(s3, new)
     if there is not None:
         if there != manifest:
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         staged = stage_candidate(env=args.env, candidate=args.candidate, s3=s3, ssm=ssm, account=account,
                                  region=s3.meta.region_name, repo=args.repo, log=log)
-        change = pin_change(find_stage(args.env).name.lower(), staged["manifest_sha256"], repo=args.repo)
+        change = pin_change(staged["stage"], staged["manifest_sha256"], repo=args.repo)
     except (CandidateError, BundleError, StageError, StageNameError, TrainDrafterError) as exc:
         print(f"stage-candidate: error: {exc}", file=sys.stderr)
         return 2

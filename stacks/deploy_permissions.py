@@ -24,7 +24,9 @@ from aws_cdk import Aspects, IAspect, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
-from peagle_constructs.drafter_training import candidate_parameter_name, job_name_prefix, training_name
+from peagle_constructs.drafter_training import (
+    LOG_DELIVERY_ACTIONS, TRACE_ACTIONS, candidate_parameter_name, job_name_prefix, training_name,
+)
 from peagle_constructs.weights import WeightsLayout
 
 from stacks.environments import EnvironmentConfig
@@ -289,9 +291,7 @@ def _training_statements(stack: Stack, envs: Sequence[EnvironmentConfig]) -> lis
         # log delivery; these actions have no resource-level permissions.
         iam.PolicyStatement(
             sid="StateMachineLogDelivery",
-            actions=["logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery",
-                     "logs:DeleteLogDelivery", "logs:ListLogDeliveries", "logs:PutResourcePolicy",
-                     "logs:DescribeResourcePolicies", "logs:DescribeLogGroups"],
+            actions=list(LOG_DELIVERY_ACTIONS),
             resources=["*"]),
         iam.PolicyStatement(
             sid="TheStagesTrainingLogGroups",
@@ -357,11 +357,7 @@ def _training_boundary(stack: Stack, envs: Sequence[EnvironmentConfig]) -> list[
                             resources=[_arn(stack, "ssm", "parameter", candidate_parameter_name(s).lstrip("/"))
                                        for s in stages]),
         iam.PolicyStatement(sid="StateMachineLogsAndTraces",
-                            actions=["logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery",
-                                     "logs:DeleteLogDelivery", "logs:ListLogDeliveries", "logs:PutResourcePolicy",
-                                     "logs:DescribeResourcePolicies", "logs:DescribeLogGroups",
-                                     "xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules",
-                                     "xray:GetSamplingTargets"],
+                            actions=[*LOG_DELIVERY_ACTIONS, *TRACE_ACTIONS],
                             resources=["*"]),
         iam.PolicyStatement(sid="WriteTrainingLogs",
                             actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",

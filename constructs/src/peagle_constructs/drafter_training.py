@@ -68,6 +68,13 @@ CHECKPOINT_PREFIX = "checkpoints/"  # <stage>/<job>/: the trainer's resumable st
 CHECKPOINT_DAYS = 30
 LOCAL_CHECKPOINTS = f"{ROOT}/{CHECKPOINTS_DIR}"
 # 1-18 characters: "peagle-<stage>-drafter-" and States.UUID()'s 36 stay within a training job name's 63.
+# What whoever sets up a state machine's log delivery, and the state machine's X-Ray traces, need: actions with no
+# resource-level permissions (the service authorization reference). The stacks' deploy policies name them too.
+LOG_DELIVERY_ACTIONS = ("logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery",
+                        "logs:DeleteLogDelivery", "logs:ListLogDeliveries", "logs:PutResourcePolicy",
+                        "logs:DescribeResourcePolicies", "logs:DescribeLogGroups")
+TRACE_ACTIONS = ("xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules",
+                 "xray:GetSamplingTargets")
 _STAGE = re.compile(r"^[a-z0-9](?:-?[a-z0-9]){0,17}$")
 
 
@@ -318,11 +325,8 @@ class DrafterTraining(Construct):
                 "StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}}),
             iam.PolicyStatement(actions=["ssm:PutParameter"], resources=[self.parameter.parameter_arn]),
             # Log delivery and X-Ray have no resource-level permissions (the service authorization reference).
-            iam.PolicyStatement(actions=["logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery",
-                                         "logs:DeleteLogDelivery", "logs:ListLogDeliveries", "logs:PutResourcePolicy",
-                                         "logs:DescribeResourcePolicies", "logs:DescribeLogGroups"], resources=["*"]),
-            iam.PolicyStatement(actions=["xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules",
-                                         "xray:GetSamplingTargets"], resources=["*"]),
+            iam.PolicyStatement(actions=list(LOG_DELIVERY_ACTIONS), resources=["*"]),
+            iam.PolicyStatement(actions=list(TRACE_ACTIONS), resources=["*"]),
         ]
 
     @property
